@@ -57,7 +57,7 @@ from tpopt.models.arch import ModelArch
 from tpopt.models.context import sequence_splits, split_rule
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
-from tpopt.models.market import SPOT, MarketOptions, Offer, Power, mix
+from tpopt.models.market import SPOT, MarketOptions, Offer, Power, mix, months_between
 from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
     CostOptions,
@@ -343,6 +343,19 @@ def market_hardware(raw: dict[str, Any], cat: Catalog) -> dict[str, Any]:
             "market": {"offers": "all", **raw.get("market", {})}}
 
 
+def judged_before_read(as_of: str, offers: Sequence[Offer], default: str) -> None:
+    """Refuse a ``[market] as_of`` before an offer's price date: a price is judged at a date on or after it was
+    read (its age, months_between(date, as_of), is what the report states; before it the age is negative, "-75
+    months before", and the offer did not exist at that date)."""
+    late = [o for o in offers if months_between(o.date, as_of) < 0]
+    if late:
+        newest = max((o.date for o in offers), key=lambda d: tuple(int(x) for x in d.split("-")))
+        first = min(late, key=lambda o: tuple(int(x) for x in o.date.split("-")))
+        raise InputError(f"market.as_of {as_of} is before the price date of {len(late)} offer(s), e.g. "
+                         f"{first.id} ({first.date}): prices are judged at a date on or after they were read; "
+                         f"give {newest} or later, or leave as_of out (the catalog's {default})")
+
+
 def market_options(table: dict[str, Any] | None, cat: Catalog, accelerators: tuple[str, ...]) -> MarketOptions:
     """[market]: the offers to choose from (by name, or "all" of the scenario's accelerators), kept to
     ``regions``; prices judged at ``as_of`` (default: the market catalog's date)."""
@@ -380,6 +393,8 @@ def market_options(table: dict[str, Any] | None, cat: Catalog, accelerators: tup
         chosen += [mix(b, s, x) for x in shares for s in chosen if s.market == SPOT for b in chosen
                    if b.market != SPOT and not b.parts and site(b) == site(s)]
     as_of = check_date(m.as_of, "market.as_of") if m.as_of is not None else cat.market.as_of
+    if m.as_of is not None:
+        judged_before_read(as_of, chosen, cat.market.as_of)
     cap = parse_power(m.site_power, "market.site_power") if m.site_power is not None else None
     if cap is not None:
         unknown = sorted({o.accelerator for o in chosen if o.power is None})

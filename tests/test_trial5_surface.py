@@ -6,6 +6,7 @@ Each test states the user-visible property it guards; figures are derived here, 
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -42,3 +43,26 @@ def test_a_market_without_a_plan_fits_the_terminal():
     assert r.exit_code == 3 and "Nearest offer:" in r.output
     assert _too_wide(r.output, 80) == []
     assert "[--max-cards 8]" in r.output  # a flag to copy stays whole on its line
+
+
+def test_a_market_date_before_its_prices_is_refused_in_one_line(tmp_path):
+    """`[market] as_of = "2020-01-01"` on the design case's RTX 4090 offers (their prices read in 2026,
+    catalogs/offers.toml): the solve ran and its footing judged a 2026-03-10 price "-75 months before" 2020-01-01
+    ((2020 - 2026) x 12 + (1 - 3) - 1 = -75). A date before a price was read is bad input: one line, exit 2,
+    nothing on stdout; a date on or after every offer's is taken."""
+    import tomllib
+
+    offers = tomllib.loads((ROOT / "catalogs" / "offers.toml").read_text())["offer"]
+    dates = [o["date"] for o in offers.values() if o["accelerator"] == "rtx4090"]
+    assert min(dates) > "2020-01-01"
+    dc = (ROOT / "examples" / "design-case.toml").read_text()
+    past = tmp_path / "past.toml"
+    past.write_text(dc + '\n[market]\noffers = "all"\nas_of = "2020-01-01"\n')
+    r = _run("solve", "--scenario", str(past))
+    assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "market.as_of 2020-01-01 is before the price date" in r.stderr and "leave as_of out" in r.stderr
+    ok = tmp_path / "ok.toml"
+    ok.write_text(dc + f'\n[market]\noffers = "all"\nas_of = "{max(dates)}"\n')
+    r = _run("solve", "--scenario", str(ok))
+    assert r.exit_code == 0 and re.search(r"-\d+ months", " ".join(r.stdout.split())) is None
