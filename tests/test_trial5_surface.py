@@ -9,6 +9,7 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tpopt.cli.main import cli
@@ -66,3 +67,33 @@ def test_a_market_date_before_its_prices_is_refused_in_one_line(tmp_path):
     ok.write_text(dc + f'\n[market]\noffers = "all"\nas_of = "{max(dates)}"\n')
     r = _run("solve", "--scenario", str(ok))
     assert r.exit_code == 0 and re.search(r"-\d+ months", " ".join(r.stdout.split())) is None
+
+
+def test_a_spot_pick_that_misses_the_level_under_the_spot_terms_says_so():
+    """`tpopt solve --hw all --confidence 95%` on the design case picks one 8-card H100 host on Nebius spot and
+    states P(on time) 99.7 %: its finish-time law counts the preemptions but takes spot capacity as always there.
+    The same report's spot policy, with capacity on 90 % of days, gives that offer run all on spot 83.8 %, below
+    the 95 % asked, without relating the two. Derivation of its mean finish (tpopt.models.spot_policy): all spot
+    takes mu0 / g, g = a (1 - lam L), a = 0.9, lam = 8 cards x 3.4e-5 per card-hour, L = restore 120 s +
+    reacquire 1,800 s + half the 1,800 s save interval = 2,820 s; mu0 the on-demand run's mean (its row)."""
+    import json
+
+    r = _run("solve", "--hw", "all", "--confidence", "95%", "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    sp = d["market"]["spot_policy"]
+    m = sp["pick_misses"]
+    assert m["offer"] == d["market"]["offer"]["id"] and d["market"]["offer"]["market"] == "spot"
+    pair = sp["pairs"][m["pair"]]
+    mu0 = next(c for c in pair["candidates"] if c["switch_day"] == 0.0)["mean_finish_days"]
+    g = 0.9 * (1 - 8 * 3.4e-5 / 3600 * (120 + 1800 + 1800 / 2))
+    assert m["all_spot_mean_finish_days"] == pytest.approx(mu0 / g, rel=1e-9)
+    assert m["all_spot_p_on_time"] < 0.95 <= d["finish_distribution"]["probability_by_deadline"]
+    assert m["policy_meets"] and m["policy"]["p_on_time"] >= 0.95 - 1e-9
+    text = " ".join(_run("solve", "--hw", "all", "--confidence", "95%", width=80).stdout.split())
+    assert (f"Caveat: the plan runs all on spot ({m['offer']}); its finish-time distribution takes spot capacity "
+            f"as always there. With capacity on 90% of days (its spot terms) all spot reaches P(on time) "
+            f"{m['all_spot_p_on_time']:.1%}") in text
+    low = json.loads(_run("solve", "--hw", "all", "--confidence", "80%", "--json").stdout)
+    assert low["market"]["offer"]["id"] == m["offer"]  # the same spot pick ...
+    assert "pick_misses" not in low["market"]["spot_policy"]  # ... whose 83.8 % meets 80 %: nothing to say
