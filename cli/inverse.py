@@ -70,11 +70,12 @@ from tpopt.optimizer.result import Request
                                            "to the best loss's cost) and against the deadline (x0.25 to x4).")
 @click.option("--plot", type=click.Path(), help="Draw the loss fronts (.pdf, .svg or .png; needs the plots extra); "
                                                 "implies --front.")
+@click.option("--force", is_flag=True, help="Overwrite --plot if the file exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
 def inverse(model_list: str, generated: str | None, token_spec: str, token_resolution: str | None, law: str,
             target_loss: str | None, unique_tokens: str | None, max_epochs: str, inference_tokens: str | None,
-            serving_price: str | None, serving_mfu: str, front: bool, plot: str | None, as_json: bool,
+            serving_price: str | None, serving_mfu: str, front: bool, plot: str | None, force: bool, as_json: bool,
             **kw: Any) -> None:
     """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
     deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
@@ -84,7 +85,7 @@ def inverse(model_list: str, generated: str | None, token_spec: str, token_resol
     if kw["objective"] != "cost":
         raise InputError("tpopt inverse takes each candidate's cheapest on-time plan: --objective must be cost")
     if plot is not None:
-        check_plot_path(plot)
+        check_plot_path(plot, force=force)
     raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
     asked = ask(raw, kw.get("catalog_dirs") or (), kw["solver"], request_from(kw), models=model_list,
                 tokens=token_spec, law=law, target_loss=target_loss, unique_tokens=unique_tokens,
@@ -247,7 +248,7 @@ UNUSED = ("tokens", "card_hour", "confidence")
 
 
 def sweep_loss_fronts(kw: dict[str, Any], models: str, tokens: str, law: str, solver: str,
-                      time_limit: float | None, plot: str | None, as_json: bool) -> None:
+                      time_limit: float | None, plot: str | None, as_json: bool, force: bool = False) -> None:
     """``tpopt sweep --loss-front MODELS``: the fronts of ``tpopt inverse --front`` (least predicted loss against
     the budget and against the deadline) on the sweep's scenario, printed (or ``--json``) and drawn at ``--plot``
     as ``tpopt inverse --plot`` draws them."""
@@ -262,7 +263,7 @@ def sweep_loss_fronts(kw: dict[str, Any], models: str, tokens: str, law: str, so
             raise InputError(f"--{key.replace('_', '-')} {value}: sweep --loss-front takes one value (the fronts "
                              f"sweep the budget and the deadline)")
     if plot is not None:
-        check_plot_path(plot)
+        check_plot_path(plot, force=force)
     raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
     req = Request() if time_limit is None else Request(time_limit=time_limit)
     asked = ask(raw, kw.get("catalog_dirs") or (), solver, req, models=models, tokens=tokens, law=law,

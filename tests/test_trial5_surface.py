@@ -97,3 +97,32 @@ def test_a_spot_pick_that_misses_the_level_under_the_spot_terms_says_so():
     low = json.loads(_run("solve", "--hw", "all", "--confidence", "80%", "--json").stdout)
     assert low["market"]["offer"]["id"] == m["offer"]  # the same spot pick ...
     assert "pick_misses" not in low["market"]["spot_policy"]  # ... whose 83.8 % meets 80 %: nothing to say
+
+
+KEEP = b"a figure someone wants to keep\n"
+PLOTS = [
+    ("inverse", ["inverse", "--models", "qwen3-8b", "--max-cost", "20000", "--hw", "h100-sxm"]),
+    ("rl", ["rl", "--no-analysis"]),
+    ("sweep", ["sweep", "--deadline", "25d:30d:5d", "--workers", "1", "-q"]),
+    ("sweep-breakdown", ["sweep", "--deadline", "25d:30d:5d", "--workers", "1", "-q", "--plot-breakdown"]),
+    ("checkpoint", ["checkpoint", "--cards", "48"]),
+    ("pipeline", ["pipeline", "--schedule", "1f1b", "-p", "4", "-m", "8", "--forward", "10ms", "--backward", "20ms"]),
+]
+
+
+@pytest.mark.parametrize("argv", [p[1] for p in PLOTS], ids=[p[0] for p in PLOTS])
+def test_a_plot_never_overwrites_a_file_without_force(tmp_path, argv):
+    """`--plot FILE` onto an existing file replaced it silently (inverse, rl, sweep, checkpoint, pipeline), where
+    every other output (--out, --html, --export, init) refuses without --force: one line, exit 2, the file kept;
+    with --force it is replaced by the figure."""
+    target = tmp_path / "figure.svg"
+    target.write_bytes(KEEP)
+    flag = [] if argv[-1] == "--plot-breakdown" else ["--plot"]
+    r = _run(*argv, *flag, str(target))
+    assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [f"tpopt: error: {flag[0] if flag else '--plot-breakdown'} {target}: "
+                                             "the file exists; pass --force to overwrite it"]
+    assert target.read_bytes() == KEEP
+    r = _run(*argv, *flag, str(target), "--force")
+    assert r.exit_code == 0, r.stderr
+    assert target.read_bytes().startswith(b"<?xml") and b"</svg>" in target.read_bytes()
