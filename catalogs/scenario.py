@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
-from tpopt.catalogs.market import check_date, parse_power
+from tpopt.catalogs.market import check_date, parse_power, parse_pue
 from tpopt.catalogs.schema import (
     CARD_KEYS,
     DEFAULT_SAVE_INTERVAL,
@@ -726,8 +726,8 @@ def split_sites(raw: dict[str, Any]) -> tuple[dict[str, Any], SitesInput | None]
         if acc is not None and (not isinstance(acc, str) or not acc):
             raise InputError(f"{where}.accelerator: {acc!r} is not a catalog accelerator name")
         price = _positive(t, "card_hour", where, zero=True) if "card_hour" in t else None
-        sites.append(SiteSpec(name=name, max_cards=cards, power_cap_w=cap, pue=_positive(t, "pue", where, 1.2),
-                              accelerator=acc, card_hour=price))
+        pue = parse_pue(_positive(t, "pue", where, 1.2), f"{where}.pue")
+        sites.append(SiteSpec(name=name, max_cards=cards, power_cap_w=cap, pue=pue, accelerator=acc, card_hour=price))
     if len({s.name for s in sites}) != len(sites):
         raise InputError("[[sites]]: site names must differ")
     _known(wan, WAN_KEYS, "wan")

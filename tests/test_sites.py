@@ -185,6 +185,9 @@ def test_example_plan_within_caps_and_deadline() -> None:
     ([{"name": "a", "max_cards": 8}], {"bandwidth_gbps": 10, "latency_ms": 1, "modes": ["async"]}, "wan.modes"),
     ([{"name": "a", "max_cards": 8}], {"bandwidth_gbps": 10, "latency_ms": 1, "modes": ["sync"],
                                        "links": [{"sites": ["a", "z"], "bandwidth_gbps": 1}]}, "two site names"),
+    # a PUE is facility over IT power, so at least 1 (The Green Grid); 0.5 was taken, halving the site's power
+    ([{"name": "a", "max_cards": 8, "pue": 0.5}], {"bandwidth_gbps": 10, "latency_ms": 1, "modes": ["sync"]},
+     r"sites\[0\]\.pue: a PUE is facility over IT power, at least 1 \(got 0.5\)"),
 ])
 def test_bad_sites_input(sites: list[dict[str, object]], wan: dict[str, object], message: str) -> None:
     with pytest.raises(InputError, match=message):
