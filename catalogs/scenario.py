@@ -308,9 +308,12 @@ def read_pools(tables: list[dict[str, Any]], systems: dict[str, System]) -> tupl
         if not isinstance(owned, bool):
             raise InputError(f"hardware.pools ({name}): owned must be true or false")
         price = t.get("card_hour", 0.0 if owned else systems[name].price_card_hour)
-        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+        if price is None:  # none stated and none in the catalog
             raise InputError(f"hardware.pools ({name}): card_hour must be a price in USD per card-hour "
                              "(the catalog has none for this accelerator; state it, or owned = true)")
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+            raise InputError(f"hardware.pools ({name}): card_hour {price!r} is not a price in USD per card-hour "
+                             "(a number, 0 or more)")
         pools.append(Pool(accelerator=name, max_cards=cards, price_card_hour=float(price), owned=owned))
     return tuple(pools)
 

@@ -126,3 +126,20 @@ def test_a_plot_never_overwrites_a_file_without_force(tmp_path, argv):
     r = _run(*argv, *flag, str(target), "--force")
     assert r.exit_code == 0, r.stderr
     assert target.read_bytes().startswith(b"<?xml") and b"</svg>" in target.read_bytes()
+
+
+def test_a_negative_pool_price_is_named_as_such(tmp_path):
+    """examples/pools-h100-a100.toml with `card_hour = -1.80` on its A100 pool: the one line said "the catalog
+    has none for this accelerator", which is false (catalogs/accelerators.toml prices the A100 80 GB SXM) and
+    hid the cause; it now names the value."""
+    import tomllib
+
+    acc = tomllib.loads((ROOT / "catalogs" / "accelerators.toml").read_text())
+    assert acc["a100-80gb-sxm"]["price_card_hour"] > 0  # the catalog has one
+    bad = tmp_path / "pools.toml"
+    bad.write_text((ROOT / "examples" / "pools-h100-a100.toml").read_text().replace("card_hour = 1.80",
+                                                                                    "card_hour = -1.80"))
+    r = _run("solve", "--scenario", str(bad))
+    assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == ["tpopt: error: hardware.pools (a100-80gb-sxm): card_hour -1.8 is not "
+                                             "a price in USD per card-hour (a number, 0 or more)"]
