@@ -202,20 +202,23 @@ def unreachable_text(q: InverseQuestion, u: Unreachable) -> str:
 
     lines = ["", f"Why no size reaches loss {q.target_loss:g} ({u.solves} further plan solves, each answer re-solved):"]
     b = u.min_budget
-    if q.budget is not None:
-        lines.append(f"  Smallest budget reaching it by the deadline: {b.total_cost:,.0f} ({at(b)})"
-                     if b is not None and b.total_cost is not None else "  No budget reaches it by the deadline.")
-    reach = f"{DEADLINE_REACH:g} times the deadline"
-    lines.append(f"  Shortest deadline reaching it{' within the budget' if q.budget is not None else ''}: "
-                 f"{u.min_deadline_days:.1f} days ({at(u.at_deadline)}; bisection to 0.1 day)"
-                 if u.min_deadline_days is not None and u.at_deadline is not None
-                 else f"  No deadline up to {reach} reaches it.")
+    if u.out_of_reach is not None:  # neither searched: no budget or deadline changes what stops every size
+        lines.append(f"  No budget or deadline reaches it: {u.out_of_reach}.")
+    else:
+        if q.budget is not None:
+            lines.append(f"  Smallest budget reaching it by the deadline: {b.total_cost:,.0f} ({at(b)})"
+                         if b is not None and b.total_cost is not None else "  No budget reaches it by the deadline.")
+        reach = f"{DEADLINE_REACH:g} times the deadline"
+        lines.append(f"  Shortest deadline reaching it{' within the budget' if q.budget is not None else ''}: "
+                     f"{u.min_deadline_days:.1f} days ({at(u.at_deadline)}; bisection to 0.1 day)"
+                     if u.min_deadline_days is not None and u.at_deadline is not None
+                     else f"  No deadline up to {reach} reaches it.")
     r = u.reachable
     within = "Within the budget by the deadline" if q.budget is not None else "By the deadline"
     lines.append(f"  {within}: least predicted loss {r.loss:.4f} ({at(r)}, cost "
                  f"{r.total_cost:,.0f})" if r is not None and r.loss is not None and r.total_cost is not None
                  else f"  {within} no size and token count is feasible.")
-    return "\n".join(lines) + "\n"
+    return fit_lines("\n".join(lines)) + "\n"
 
 
 def _table(res: InverseResult) -> str:

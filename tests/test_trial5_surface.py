@@ -143,3 +143,27 @@ def test_a_negative_pool_price_is_named_as_such(tmp_path):
     assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == ["tpopt: error: hardware.pools (a100-80gb-sxm): card_hour -1.8 is not "
                                              "a price in USD per card-hour (a number, 0 or more)"]
+
+
+def test_a_target_loss_below_every_size_s_floor_is_said_to_be_out_of_reach():
+    """`tpopt inverse --target-loss 0.5` (Qwen3 sizes, the Chinchilla fit): no size reaches 0.5 at any token
+    count, since L(N, D) > E + A / N^alpha = 1.69 + 406.4 / N^0.34 for every D (Hoffmann et al. 2022, Approach 3),
+    1.798 for the largest, Qwen3-32B. The answer searched deadlines up to 100 times the stated one and said "No
+    deadline up to 100 times the deadline reaches it", as if time were short; it now says that no budget or
+    deadline reaches it and why, and searches neither."""
+    import json
+
+    r = _run("inverse", "--target-loss", "0.5", "--json")
+    assert r.exit_code == 3
+    d = json.loads(r.stdout)
+    n = max(c["params"] for c in d["candidates"])
+    floor = 1.69 + 406.4 / n ** 0.34
+    assert 0.5 < 1.69 < floor < 1.8
+    u = d["unreachable"]
+    assert u["min_deadline_days"] is None and u["min_budget"] is None and f"{floor:.4f}" in u["out_of_reach"]
+    text = " ".join(_run("inverse", "--target-loss", "0.5", width=80).stdout.split())
+    assert f"No budget or deadline reaches it: below every listed size's loss with unlimited tokens, E + A/N^alpha " \
+           f"(the least: qwen3-32b, {floor:.4f}; the fit's irreducible loss E = 1.69); only a larger model can." in text
+    assert "No deadline up to" not in text
+    reach = _run("inverse", "--target-loss", "2.0", "--json")  # reachable later: the deadline search still runs
+    assert json.loads(reach.stdout)["unreachable"]["min_deadline_days"] > 30
