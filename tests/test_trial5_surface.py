@@ -167,3 +167,31 @@ def test_a_target_loss_below_every_size_s_floor_is_said_to_be_out_of_reach():
     assert "No deadline up to" not in text
     reach = _run("inverse", "--target-loss", "2.0", "--json")  # reachable later: the deadline search still runs
     assert json.loads(reach.stdout)["unreachable"]["min_deadline_days"] > 30
+
+
+def test_the_mixed_pool_example_by_hand():
+    """examples/pools-h100-a100.toml (Llama-3-70B, 1T tokens of 8,192, 512 a step; 512 owned H100, A100 at 1.80
+    USD per card-hour; job MTBF 7.9 h at 1,024 cards, 2 d reserved). By hand, from the report's own step and
+    overhead: the cross-pool all-reduce of P = 2 pools, 2 (P - 1) / P x G / (min hosts x min host bandwidth), G =
+    the bf16 gradient (2 B x N), over the A100 pool's 32 hosts of 8 x 200 Gb/s NICs (catalogs/accelerators.toml:
+    the slower pool's, 8 x 25 GB/s); the step, the slower group's plus it; the failure rate, cards / (1,024 x
+    7.9 h); finish = 2 d + ceil(1T / (512 x 8,192)) steps x step x (1 + overhead); cost = A100 cards x 1.80 x
+    finish (the H100 are owned)."""
+    import json
+    import math
+
+    r = _run("solve", "--scenario", str(ROOT / "examples" / "pools-h100-a100.toml"), "--json")
+    assert r.exit_code == 0
+    b = json.loads(r.stdout)["best"]
+    h100, a100 = b["pools"]
+    grad = b["cross_pool_bytes"]
+    assert grad == pytest.approx(2 * 70.55e9, rel=1e-3)  # Llama 3 70B's 70.55B parameters x 2 B
+    hosts = min(h100["cards"], a100["cards"]) // 8
+    assert b["cross_pool_s"] == pytest.approx(2 * (2 - 1) / 2 * grad / (hosts * 8 * 25e9), rel=1e-12)
+    assert b["step_s"] == pytest.approx(max(h100["group_step_s"], a100["group_step_s"]) + b["cross_pool_s"],
+                                        rel=1e-12)
+    assert b["failure_rate_per_h"] == pytest.approx((h100["cards"] + a100["cards"]) / (1024 * 7.9), rel=1e-12)
+    steps = math.ceil(1e12 / (512 * 8192))
+    assert b["finish_days"] == pytest.approx(2 + steps * b["step_s"] * (1 + b["overhead"]) / 86400, rel=1e-9)
+    assert b["cost"] == pytest.approx(a100["cards"] * 1.80 * b["finish_days"] * 24, rel=1e-12)
+    assert h100["cost"] == 0 and h100["share"] + a100["share"] == 512
