@@ -62,10 +62,6 @@ MARKET_INPUTS: dict[str, Callable[[Scenario, float], Scenario]] = {
     "deadline": with_deadline, "tokens": with_tokens, "reserved": with_reserved, "input_rate": with_input_rate,
     "max_cost": with_max_cost, "write_bandwidth": with_write_bandwidth,
 }
-MARKET_CAP: dict[str, Callable[[Scenario, float], Scenario]] = {
-    "max_cards": lambda sc, v: with_max_cards(sc, int(v)),
-}
-"""max_cards, verified on the whole market where it is the nearest offer's card cap (:func:`market_max_cards`)."""
 """The inputs every offer shares, each with the change of the market's scenario (SI units): their relaxations
 are verified on the whole market."""
 
@@ -230,7 +226,7 @@ def market_value(sc: Scenario, name: str, value: float, current: float, solver: 
     up = p.direction == ">="
 
     def at(i: int) -> MK.MarketSolve | None:
-        return market_with_plan({**MARKET_INPUTS, **MARKET_CAP}[name](sc, i * step * p.per_unit), solver, req)
+        return market_with_plan(MARKET_INPUTS[name](sc, i * step * p.per_unit), solver, req)
 
     good_i = round(value / step)
     ok: MK.MarketSolve | None = None  # the nearest offer's own re-solve already has a plan at ``value``
@@ -260,33 +256,46 @@ def market_max_cards(sc: Scenario, d: dict[str, Any], solver: Solver, req: Reque
     so raising max_cards raises every offer's cap at once, and another offer (other cards per host, another
     card) may have a plan where the nearest one has none (the nearest was chosen under the cap asked about).
     Feasibility on the market is monotone in max_cards (each offer's space at m cards holds its space at m - 1),
-    so: with max_cards = U, the most cards any offer has available (every offer at its own cap), the market has
-    a plan or max_cards cannot help on it; else the answer is bisected between the current value and U (the
-    market has a plan with it, none with one card fewer)."""
+    so a galloping search finds the answer: max_cards doubled from the current value (at most to U, the most
+    cards any offer has available, every offer then at its own cap; or to the nearest offer's own answer, where it
+    has one) until the market has a plan, then bisected between the last value without one and it (the market
+    has a plan with the answer, none with one card fewer). None even at U: max_cards cannot help on the market."""
     current = int(d["current"])
     most = max(o.available for o in sc.market.offers)
+    if d["helps"] is True and isinstance(d["required"], int | float):
+        most = min(most, int(d["required"]))  # the nearest offer has a plan there, so the market has one
     if most <= current:
         return d
-    top = market_with_plan(with_max_cards(sc, most), solver, req)
-    if top is None:  # the nearest offer's answer stands for the market: say so
-        d["scope"] = "market"
-        note = f"no offer has a plan even with max_cards = {most:,} (the most cards any offer has available)"
-        d["note"] = note + (f"; {d['note']}" if d.get("note") else "")
-        return d
-    if d["helps"] is True and isinstance(d["required"], int | float):
-        most = int(d["required"])  # the nearest offer's own answer: a plan there, so on the market
-    found = market_value(sc, "max_cards", float(most), float(current), solver, req)
-    v, ms = found if found is not None else (float(most), top)
-    ms = ms or market_with_plan(with_max_cards(sc, int(v)), solver, req) or top
+
+    def at(cards: int) -> MK.MarketSolve | None:
+        return market_with_plan(with_max_cards(sc, cards), solver, req)
+
+    bad, good, ms = current, min(2 * current, most), None
+    while ms is None:
+        ms = at(good)
+        if ms is None:
+            if good >= most:  # the nearest offer's answer stands for the market: say so
+                d["scope"] = "market"
+                note = f"no offer has a plan even with max_cards = {most:,} (the most cards any offer has available)"
+                d["note"] = note + (f"; {d['note']}" if d.get("note") else "")
+                return d
+            bad, good = good, min(2 * good, most)
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        found = at(mid)
+        if found is not None:
+            good, ms = mid, found
+        else:
+            bad = mid
     pick = ms.pick
-    d.update(scope="market", helps=True, required=int(v), required_exact=None,
-             method="fewest max_cards giving the market a plan (bisection, each value re-solved on every offer)",
-             apply={PARAMS["max_cards"].override: int(v)},
-             market_check={"feasible_at": int(v), "infeasible_at": int(v) - 1 if v > 1 else None,
+    d.update(scope="market", helps=True, required=good, required_exact=None,
+             method="fewest max_cards giving the market a plan (galloping then bisection, each value re-solved on "
+                    "every offer)",
+             apply={PARAMS["max_cards"].override: good},
+             market_check={"feasible_at": good, "infeasible_at": good - 1 if good > 1 else None,
                            "offer": pick.offer.id if pick is not None else None})
-    d.pop("blocked_by", None)
-    d.pop("note", None)
-    d.pop("chain", None)
+    for key in ("blocked_by", "note", "chain"):
+        d.pop(key, None)
     if pick is not None and pick.best is not None:
         d.update(plan=pick.best.plan_dict(), cost=pick.best.metrics["cost"], cost_unit=pick.best.metrics["cost_unit"],
                  finish_days=pick.best.metrics["finish_days"], note=f"on {pick.offer.id}")
