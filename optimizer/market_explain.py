@@ -238,16 +238,23 @@ def market_value(sc: Scenario, name: str, value: float, current: float, solver: 
     if bad_i > 0:
         below = at(bad_i)
         if below is not None:  # another offer needs less: bisect between the current value and here
-            good_i, ok = bad_i, below
             bad_i = math.floor(current / step + 1e-9) if up else math.ceil(current / step - 1e-9)
-            while abs(good_i - bad_i) > 1:
-                mid = (good_i + bad_i) // 2
-                ms = at(mid)
-                if ms is not None:
-                    good_i, ok = mid, ms
-                else:
-                    bad_i = mid
+            good_i, ok = bisect_market(bad_i, good_i - 1 if up else good_i + 1, below, at)
     return round(good_i * step, p.digits), ok
+
+
+def bisect_market(bad: int, good: int, found: MK.MarketSolve, at: Callable[[int], MK.MarketSolve | None]
+                  ) -> tuple[int, MK.MarketSolve]:
+    """The value next to ``bad`` (no plan) on the way to ``good`` (a plan, the market's solve ``found``) where the
+    market ``at`` it first has a plan, and that solve: a bisection, feasibility being monotone (either way)."""
+    while abs(good - bad) > 1:
+        mid = (good + bad) // 2
+        ms = at(mid)
+        if ms is not None:
+            good, found = mid, ms
+        else:
+            bad = mid
+    return good, found
 
 
 def market_max_cards(sc: Scenario, d: dict[str, Any], solver: Solver, req: Request) -> dict[str, Any]:
@@ -280,13 +287,7 @@ def market_max_cards(sc: Scenario, d: dict[str, Any], solver: Solver, req: Reque
                 d["note"] = note + (f"; {d['note']}" if d.get("note") else "")
                 return d
             bad, good = good, min(2 * good, most)
-    while good - bad > 1:
-        mid = (good + bad) // 2
-        found = at(mid)
-        if found is not None:
-            good, ms = mid, found
-        else:
-            bad = mid
+    good, ms = bisect_market(bad, good, ms, at)
     pick = ms.pick
     d.update(scope="market", helps=True, required=good, required_exact=None,
              method="fewest max_cards giving the market a plan (galloping then bisection, each value re-solved on "
@@ -398,4 +399,4 @@ def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
 
 
 __all__ = ["MARKET_INPUTS", "OFFER_ONLY", "finish_floor_s", "nearest_offer", "market_with_plan", "market_value",
-           "market_max_cards", "market_relaxation", "market_infeasibility"]
+           "bisect_market", "market_max_cards", "market_relaxation", "market_infeasibility"]
