@@ -744,9 +744,11 @@ def market_conflict_lines(out: dict[str, Any]) -> list[str]:
                      + conflict_lines(out["conflict_detail"])[1:])
     rl = relaxation_lines(out["relaxations"])
     if rl:
-        lines += ["", "Deadline, tokens, reserved days, input rate, budget and storage bandwidth, where they help: "
-                      "the smallest value that gives the market a plan (re-solved on every offer; one printed unit "
-                      f"less gives none); everything else: on {near['offer']}."] + rl
+        cap = ", max cards" if any(r["parameter"] == "max_cards" and r.get("scope") == "market"
+                                   for r in out["relaxations"]) else ""
+        lines += ["", f"Deadline, tokens, reserved days, input rate, budget{cap} and storage bandwidth, where they "
+                      "help: the smallest value that gives the market a plan (re-solved on every offer; one printed "
+                      f"unit less gives none); everything else: on {near['offer']}."] + rl
     return lines
 
 
@@ -766,9 +768,29 @@ def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
         e = entry["pairs"][0]
         return [f"Spot policy: no way to run {e['spot_offer']} / {e['ondemand_offer']} meets "
                 f"P(on time) >= {level_text(e['confidence'])}; all on-demand is the nearest "
-                f"(P(on time) {e['chosen']['p_on_time']:.1%})"]
+                f"(P(on time) {e['chosen']['p_on_time']:.1%})"] + pick_misses_lines(entry)
     e = entry["pairs"][entry["best"]]
     c, t = e["chosen"], e["terms"]
+    return _policy_text(e, c, t) + pick_misses_lines(entry)
+
+
+def pick_misses_lines(entry: dict[str, Any]) -> list[str]:
+    """The market's pick run all on spot where the spot terms say it misses the confidence
+    (tpopt.optimizer.spot_policy.pick_misses): its finish-time distribution takes spot capacity as always there."""
+    m = entry.get("pick_misses")
+    if not m:
+        return []
+    e = entry["pairs"][m["pair"]]
+    p = m["policy"]
+    run = (f"the pair's policy meets it: {p['policy']}, expected {p['expected_cost']:,.0f} USD, P(on time) "
+           f"{p['p_on_time']:.1%}" if m["policy_meets"] else "no way to run the pair meets it")
+    return [f"Caveat: the plan runs all on spot ({m['offer']}); its finish-time distribution takes spot capacity as "
+            f"always there. With capacity on {m['availability_per_day']:.0%} of days (its spot terms) all spot "
+            f"reaches P(on time) {m['all_spot_p_on_time']:.1%} (mean finish {m['all_spot_mean_finish_days']:.2f} d), "
+            f"below the {level_text(e['confidence'])} asked; {run}"]
+
+
+def _policy_text(e: dict[str, Any], c: dict[str, Any], t: dict[str, Any]) -> list[str]:
     others = "; ".join(f"{o['policy']} {o['expected_cost']:,.0f} USD, P(on time) {o['p_on_time']:.1%}"
                        for o in e["candidates"] if o["policy"] != c["policy"])
     return [f"Spot policy ({e['spot_offer']} then {e['ondemand_offer']}, {e['cards']:,} cards): {c['policy']}: "

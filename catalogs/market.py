@@ -227,7 +227,8 @@ def parse_power(value: object, where: str) -> float:
     return watts
 
 
-def _pue(value: object, where: str) -> float:
+def parse_pue(value: object, where: str) -> float:
+    """A power usage effectiveness: facility over IT power, so at least 1 (The Green Grid's definition)."""
     pue = parse_number(value, where)
     if pue < 1.0:
         raise InputError(f"{where}: a PUE is facility over IT power, at least 1 (got {pue:g})")
@@ -235,7 +236,7 @@ def _pue(value: object, where: str) -> float:
 
 
 def _pue_kind(value: Any, what: str, _context: Any) -> float:
-    return _pue(value, what)
+    return parse_pue(value, what)
 
 
 def _storage_date(value: Any, what: str, _context: Any) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
-from tpopt.catalogs.market import check_date, parse_power
+from tpopt.catalogs.market import check_date, parse_power, parse_pue
 from tpopt.catalogs.schema import (
     CARD_KEYS,
     DEFAULT_SAVE_INTERVAL,
@@ -58,7 +58,7 @@ from tpopt.models.arch import ModelArch
 from tpopt.models.context import sequence_splits, split_rule
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
-from tpopt.models.market import SPOT, MarketOptions, Offer, Power, mix
+from tpopt.models.market import SPOT, MarketOptions, Offer, Power, mix, months_between
 from tpopt.models.moe import STACK_DISPATCHERS
 from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
@@ -311,9 +311,12 @@ def read_pools(tables: list[dict[str, Any]], systems: dict[str, System]) -> tupl
         if not isinstance(owned, bool):
             raise InputError(f"hardware.pools ({name}): owned must be true or false")
         price = t.get("card_hour", 0.0 if owned else systems[name].price_card_hour)
-        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+        if price is None:  # none stated and none in the catalog
             raise InputError(f"hardware.pools ({name}): card_hour must be a price in USD per card-hour "
                              "(the catalog has none for this accelerator; state it, or owned = true)")
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+            raise InputError(f"hardware.pools ({name}): card_hour {price!r} is not a price in USD per card-hour "
+                             "(a number, 0 or more)")
         pools.append(Pool(accelerator=name, max_cards=cards, price_card_hour=float(price), owned=owned))
     return tuple(pools)
 
@@ -344,6 +347,19 @@ def market_hardware(raw: dict[str, Any], cat: Catalog) -> dict[str, Any]:
     search = {k: v for k, v in raw.get("search", {}).items() if k != "accelerator"}
     return {**raw, "hardware": {**raw["hardware"], "accelerator": names}, "search": search,
             "market": {"offers": "all", **raw.get("market", {})}}
+
+
+def judged_before_read(as_of: str, offers: Sequence[Offer], default: str) -> None:
+    """Refuse a ``[market] as_of`` before an offer's price date: a price is judged at a date on or after it was
+    read (its age, months_between(date, as_of), is what the report states; before it the age is negative, "-75
+    months before", and the offer did not exist at that date)."""
+    late = [o for o in offers if months_between(o.date, as_of) < 0]
+    if late:
+        newest = max((o.date for o in offers), key=lambda d: tuple(int(x) for x in d.split("-")))
+        first = min(late, key=lambda o: tuple(int(x) for x in o.date.split("-")))
+        raise InputError(f"market.as_of {as_of} is before the price date of {len(late)} offer(s), e.g. "
+                         f"{first.id} ({first.date}): prices are judged at a date on or after they were read; "
+                         f"give {newest} or later, or leave as_of out (the catalog's {default})")
 
 
 def market_options(table: dict[str, Any] | None, cat: Catalog, accelerators: tuple[str, ...]) -> MarketOptions:
@@ -383,6 +399,8 @@ def market_options(table: dict[str, Any] | None, cat: Catalog, accelerators: tup
         chosen += [mix(b, s, x) for x in shares for s in chosen if s.market == SPOT for b in chosen
                    if b.market != SPOT and not b.parts and site(b) == site(s)]
     as_of = check_date(m.as_of, "market.as_of") if m.as_of is not None else cat.market.as_of
+    if m.as_of is not None:
+        judged_before_read(as_of, chosen, cat.market.as_of)
     cap = parse_power(m.site_power, "market.site_power") if m.site_power is not None else None
     if cap is not None:
         unknown = sorted({o.accelerator for o in chosen if o.power is None})
@@ -733,8 +751,8 @@ def split_sites(raw: dict[str, Any]) -> tuple[dict[str, Any], SitesInput | None]
         if acc is not None and (not isinstance(acc, str) or not acc):
             raise InputError(f"{where}.accelerator: {acc!r} is not a catalog accelerator name")
         price = _positive(t, "card_hour", where, zero=True) if "card_hour" in t else None
-        sites.append(SiteSpec(name=name, max_cards=cards, power_cap_w=cap, pue=_positive(t, "pue", where, 1.2),
-                              accelerator=acc, card_hour=price))
+        pue = parse_pue(_positive(t, "pue", where, 1.2), f"{where}.pue")
+        sites.append(SiteSpec(name=name, max_cards=cards, power_cap_w=cap, pue=pue, accelerator=acc, card_hour=price))
     if len({s.name for s in sites}) != len(sites):
         raise InputError("[[sites]]: site names must differ")
     _known(wan, WAN_KEYS, "wan")

@@ -70,11 +70,12 @@ from tpopt.optimizer.result import Request
                                            "to the best loss's cost) and against the deadline (x0.25 to x4).")
 @click.option("--plot", type=click.Path(), help="Draw the loss fronts (.pdf, .svg or .png; needs the plots extra); "
                                                 "implies --front.")
+@click.option("--force", is_flag=True, help="Overwrite --plot if the file exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
 def inverse(model_list: str, generated: str | None, token_spec: str, token_resolution: str | None, law: str,
             target_loss: str | None, unique_tokens: str | None, max_epochs: str, inference_tokens: str | None,
-            serving_price: str | None, serving_mfu: str, front: bool, plot: str | None, as_json: bool,
+            serving_price: str | None, serving_mfu: str, front: bool, plot: str | None, force: bool, as_json: bool,
             **kw: Any) -> None:
     """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
     deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
@@ -84,7 +85,7 @@ def inverse(model_list: str, generated: str | None, token_spec: str, token_resol
     if kw["objective"] != "cost":
         raise InputError("tpopt inverse takes each candidate's cheapest on-time plan: --objective must be cost")
     if plot is not None:
-        check_plot_path(plot)
+        check_plot_path(plot, force=force)
     raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
     asked = ask(raw, kw.get("catalog_dirs") or (), kw["solver"], request_from(kw), models=model_list,
                 tokens=token_spec, law=law, target_loss=target_loss, unique_tokens=unique_tokens,
@@ -201,20 +202,23 @@ def unreachable_text(q: InverseQuestion, u: Unreachable) -> str:
 
     lines = ["", f"Why no size reaches loss {q.target_loss:g} ({u.solves} further plan solves, each answer re-solved):"]
     b = u.min_budget
-    if q.budget is not None:
-        lines.append(f"  Smallest budget reaching it by the deadline: {b.total_cost:,.0f} ({at(b)})"
-                     if b is not None and b.total_cost is not None else "  No budget reaches it by the deadline.")
-    reach = f"{DEADLINE_REACH:g} times the deadline"
-    lines.append(f"  Shortest deadline reaching it{' within the budget' if q.budget is not None else ''}: "
-                 f"{u.min_deadline_days:.1f} days ({at(u.at_deadline)}; bisection to 0.1 day)"
-                 if u.min_deadline_days is not None and u.at_deadline is not None
-                 else f"  No deadline up to {reach} reaches it.")
+    if u.out_of_reach is not None:  # neither searched: no budget or deadline changes what stops every size
+        lines.append(f"  No budget or deadline reaches it: {u.out_of_reach}.")
+    else:
+        if q.budget is not None:
+            lines.append(f"  Smallest budget reaching it by the deadline: {b.total_cost:,.0f} ({at(b)})"
+                         if b is not None and b.total_cost is not None else "  No budget reaches it by the deadline.")
+        reach = f"{DEADLINE_REACH:g} times the deadline"
+        lines.append(f"  Shortest deadline reaching it{' within the budget' if q.budget is not None else ''}: "
+                     f"{u.min_deadline_days:.1f} days ({at(u.at_deadline)}; bisection to 0.1 day)"
+                     if u.min_deadline_days is not None and u.at_deadline is not None
+                     else f"  No deadline up to {reach} reaches it.")
     r = u.reachable
     within = "Within the budget by the deadline" if q.budget is not None else "By the deadline"
     lines.append(f"  {within}: least predicted loss {r.loss:.4f} ({at(r)}, cost "
                  f"{r.total_cost:,.0f})" if r is not None and r.loss is not None and r.total_cost is not None
                  else f"  {within} no size and token count is feasible.")
-    return "\n".join(lines) + "\n"
+    return fit_lines("\n".join(lines)) + "\n"
 
 
 def _table(res: InverseResult) -> str:
@@ -247,7 +251,7 @@ UNUSED = ("tokens", "card_hour", "confidence")
 
 
 def sweep_loss_fronts(kw: dict[str, Any], models: str, tokens: str, law: str, solver: str,
-                      time_limit: float | None, plot: str | None, as_json: bool) -> None:
+                      time_limit: float | None, plot: str | None, as_json: bool, force: bool = False) -> None:
     """``tpopt sweep --loss-front MODELS``: the fronts of ``tpopt inverse --front`` (least predicted loss against
     the budget and against the deadline) on the sweep's scenario, printed (or ``--json``) and drawn at ``--plot``
     as ``tpopt inverse --plot`` draws them."""
@@ -262,7 +266,7 @@ def sweep_loss_fronts(kw: dict[str, Any], models: str, tokens: str, law: str, so
             raise InputError(f"--{key.replace('_', '-')} {value}: sweep --loss-front takes one value (the fronts "
                              f"sweep the budget and the deadline)")
     if plot is not None:
-        check_plot_path(plot)
+        check_plot_path(plot, force=force)
     raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
     req = Request() if time_limit is None else Request(time_limit=time_limit)
     asked = ask(raw, kw.get("catalog_dirs") or (), solver, req, models=models, tokens=tokens, law=law,

@@ -176,14 +176,15 @@ def _event_table(r: pl.PipelineResult) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print deterministic JSON instead of the summary.")
 @click.option("--events", "with_events", is_flag=True, help="Also list every operation (and in the JSON).")
 @click.option("--plot", "plot_path", help="Write a per-stage timeline: timeline.pdf, .svg or .png.")
+@click.option("--force", is_flag=True, help="Overwrite --plot if the file exists.")
 @handle_errors
 def pipeline(schedule: str, p: str, m: str, forward: str | None, backward: str | None, backward_weight: str | None,
              split_backward: bool, transfer: str, transfer_backward: str | None, update: str, chunks: str,
              layers: str | None, chunk_layers: str | None, activation: str | None, buffer: str | None, as_json: bool,
-             with_events: bool, plot_path: str | None) -> None:
+             with_events: bool, plot_path: str | None, force: bool) -> None:
     """Simulate one pipeline-parallel step (event model of chapter 10.3.2)."""
     if plot_path is not None:
-        check_path(plot_path)
+        check_path(plot_path, force)
     inputs, result = run(schedule=schedule, p=p, m=m, forward=forward, backward=backward,
                          backward_weight=backward_weight, split_backward=split_backward, transfer=transfer,
                          transfer_backward=transfer_backward, update=update, chunks=chunks, layers=layers,

@@ -13,14 +13,15 @@ from tpopt.models import pipeline as pl
 
 COLOURS = {"F": "#4C78A8", "B": "#F58518", "W": "#9467BD", "U": "#54A24B"}
 NAMES = {"F": "forward", "B": "backward (dX)", "W": "dW", "U": "update"}
-def check_path(path: str) -> None:
-    """The plot file must end in .pdf, .svg or .png and its directory must exist."""
-    check_plot_path(path)
+def check_path(path: str, force: bool = False) -> None:
+    """The plot file must end in .pdf, .svg or .png, its directory must exist, and no file there unless
+    ``force``."""
+    check_plot_path(path, force=force)
 
 
 def plot_timeline(result: pl.PipelineResult, path: str) -> None:
-    """Draw one row per stage (stage 0 on top), time in ms, and save to ``path`` (.pdf, .svg or .png)."""
-    check_path(path)
+    """Draw one row per stage (stage 0 on top), time in ms, and save to ``path`` (.pdf, .svg or .png; whether an
+    existing file may be replaced was checked before the work, :func:`check_path`)."""
     plt = pyplot()
     from matplotlib.patches import Patch  # lazy: start-up time
 

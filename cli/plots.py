@@ -22,8 +22,9 @@ FORMATS = (".pdf", ".svg", ".png")
 _METADATA = {".pdf": {"CreationDate": None, "Producer": None}, ".svg": {"Date": None}, ".png": {"Software": None}}
 
 
-def check_plot_path(path: str, what: str = "--plot") -> None:
-    """The plot file must end in .pdf, .svg or .png and its directory must exist (checked before any work)."""
+def check_plot_path(path: str, what: str = "--plot", force: bool = False) -> None:
+    """The plot file must end in .pdf, .svg or .png, its directory must exist, and it must not exist unless
+    ``force`` (the no-overwrite rule of every output; checked before any work)."""
     ext = os.path.splitext(str(path))[1].lower()
     if ext not in FORMATS:
         raise InputError(f"{what}: {str(path)!r} must end in .pdf, .svg or .png")
@@ -33,7 +34,14 @@ def check_plot_path(path: str, what: str = "--plot") -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(f"{what}: directory {folder!r} does not exist")
+    refuse_existing(path, what, force)
     require("matplotlib", "plots", f"{what} {os.path.basename(str(path))}")
+
+
+def refuse_existing(path: str, what: str, force: bool) -> None:
+    """The no-overwrite rule of every output: an existing file at ``path`` only with ``force``."""
+    if not force and os.path.exists(path):
+        raise InputError(f"{what} {path}: the file exists; pass --force to overwrite it")
 
 
 def pyplot(salt: str = "tpopt") -> ModuleType:
@@ -49,8 +57,9 @@ def pyplot(salt: str = "tpopt") -> ModuleType:
 
 def save_figure(fig: Figure, path: str, what: str = "--plot", **savefig: Any) -> None:
     """Save ``fig`` in the format its extension names, without run-dependent metadata (``savefig``:
-    further matplotlib options such as ``bbox_inches``)."""
+    further matplotlib options such as ``bbox_inches``). Whether the file may be replaced was checked before the
+    work (:func:`check_plot_path`): here it is replaced atomically."""
     ext = os.path.splitext(str(path))[1].lower()
-    check_plot_path(path, what)
+    check_plot_path(path, what, force=True)
     with atomic_path(path, what) as tmp, open_nofollow(tmp) as fh:  # beside it, renamed on success: never half a plot
         fig.savefig(fh, format=ext[1:], metadata=_METADATA[ext], **savefig)

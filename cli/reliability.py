@@ -439,11 +439,12 @@ def _scenario_defaults(sc: Scenario, ev: Evaluation | None) -> dict[str, Any]:
 @click.option("--copy-time", default=None, help="Async snapshot copy pause [default: the scenario's, 0.5s].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (SI units, fractions).")
 @click.option("--plot", default=None, help="Write the cost curves to FILE (.pdf, .svg or .png).")
+@click.option("--force", is_flag=True, help="Overwrite --plot if the file exists.")
 @handle_errors
 def checkpoint(cards: str | None, params: str | None, model: str | None, bytes_per_param: str | None,
                write_bandwidth: str | None, restore: str | None, card_mtbf: str | None, spike_interval: str | None,
                planned_interval: str | None, intervals: str | None, mode: str | None, copy_time: str | None,
-               as_json: bool, plot: str | None, **kw: Any) -> None:
+               as_json: bool, plot: str | None, force: bool, **kw: Any) -> None:
     """Checkpoint interval table: save, redo and restart overhead, first-order and Poisson optima.
 
     Inputs come from the scenario (the built-in design case without --scenario) and, without --cards,
@@ -453,7 +454,7 @@ def checkpoint(cards: str | None, params: str | None, model: str | None, bytes_p
     """
     n_cards = parse_int(cards, "--cards", minimum=1) if cards is not None else None
     if plot:
-        check_plot_path(plot)
+        check_plot_path(plot, force=force)
     sc, ev, how = _scenario_and_plan(kw, n_cards, need_plan=n_cards is None)
     base = _scenario_defaults(sc, ev)
     if params is not None or model is not None:

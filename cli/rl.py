@@ -47,6 +47,7 @@ RL_DERIVED = ("tokens", "global-batch", "critical-batch", "seq-len",  # from [rl
 @click.option("--no-analysis", is_flag=True, help="Skip binding constraints, alternatives and the break-even search.")
 @click.option("--plot", "plot_path", help="Stage utilisation over one cycle of the chosen plan (.pdf, .svg or .png; "
                                           "written only when a plan is feasible).")
+@click.option("--force", is_flag=True, help="Overwrite --plot if the file exists.")
 @click.option("--timing", is_flag=True, help="Print the solve's wall time (the only non-deterministic output).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text (solver.wall_s is the wall time).")
 @click.option("--time-limit", default="60s", show_default=True,
@@ -54,7 +55,7 @@ RL_DERIVED = ("tokens", "global-batch", "critical-batch", "seq-len",  # from [rl
                    "At the limit the best plan found is returned, not proven optimal (exit 0); none found: exit 4.")
 @handle_errors
 def rl(solver: str, objective: str, max_cost: str | None, kept: str | None, staleness: int | None, no_analysis: bool,
-       plot_path: str | None, timing: bool, as_json: bool, time_limit: str | float, **kw: Any) -> None:
+       plot_path: str | None, force: bool, timing: bool, as_json: bool, time_limit: str | float, **kw: Any) -> None:
     """Plan RL post-training: cards for rollout vs learning (or shared), rollout TP and batch, the
     learner's layout, sync or one-step async, weight sync; cheapest (or fastest) by the deadline.
 
@@ -67,7 +68,7 @@ def rl(solver: str, objective: str, max_cost: str | None, kept: str | None, stal
     chosen = backends.resolve(solver)  # resolved once: the RL search holds the Solver
     chosen.require(Request(time_limit=time_limit))  # a missing solver fails here, before any work
     if plot_path:
-        check_plot_path(plot_path)
+        check_plot_path(plot_path, force=force)
     ov = overrides_from(kw)
     ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
     kw["_builtin"] = "rl"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, handle_errors
-from tpopt.cli.render import fit_lines
+from tpopt.cli.render import fit_lines, output_width
 from tpopt.optimizer import backends
 from tpopt.optimizer.sites import NoReplicaPlan
 from tpopt.optimizer.sites_mixed import answer, answer_lines
@@ -33,6 +33,6 @@ def sites(scenario_path: str, solver: str, catalog_dirs: tuple[str, ...], as_jso
         click.echo(dump_json({"status": "infeasible", "detail": str(exc)}) if as_json
                    else fit_lines(f"tpopt sites: {exc}") + "\n", nl=False)
         raise SystemExit(EXIT_INFEASIBLE) from None
-    click.echo(dump_json(d) if as_json else fit_lines("\n".join(answer_lines(d))) + "\n", nl=False)
+    click.echo(dump_json(d) if as_json else fit_lines("\n".join(answer_lines(d, output_width()))) + "\n", nl=False)
     if d["best"] is None:
         raise SystemExit(EXIT_INFEASIBLE)

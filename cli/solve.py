@@ -88,7 +88,7 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
     if "market" in out:  # the market's answer: per-offer verdicts, no conflict of one space
         if html:
             write_answer_page(html, lambda: answer_page("solve", out, "\n".join(market_infeasible_lines(out)), None))
-        click.echo(dump_json(out) if as_json else "\n".join(market_infeasible_lines(out)), nl=not as_json)
+        click.echo(dump_json(out) if as_json else fit_lines("\n".join(market_infeasible_lines(out))), nl=not as_json)
         raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
         batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json,
@@ -112,7 +112,8 @@ def _plan_text(out: dict[str, Any], view: Scenario, timing: bool, sensitivity: b
     """The terminal's answer of a feasible unstaged solve."""
     text = solve_text(out, view, timing, batch_lines(out) + market_lines(out))
     if "finish_distribution" in out:
-        text += "\n".join(distribution_lines(out["finish_distribution"], out["metrics"].get("cost_unit", "USD")))
+        text += fit_lines("\n".join(distribution_lines(out["finish_distribution"],
+                                                        out["metrics"].get("cost_unit", "USD"))))
         text += "\n"
     if sensitivity:
         text += "\n" + sensitivity_text(out["sensitivities"])

@@ -41,6 +41,7 @@ from tpopt.cli.common import (
 from tpopt.cli.html_report import sweep_page, write_answer_page
 from tpopt.cli.inverse import sweep_loss_fronts
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
+from tpopt.cli.plots import refuse_existing
 from tpopt.cli.progress_line import wanted
 from tpopt.cli.render import console_text as render
 from tpopt.cli.render import fit_lines
@@ -318,7 +319,8 @@ def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None =
                                 "pip install 'tpopt[distributed]'.")
 @click.option("--out", "out", type=click.Path(), help="Results file, one row per point: .csv, .parquet or .json. "
                                                       "Re-running with the same file resumes.")
-@click.option("--force", is_flag=True, help="Overwrite --out even if it holds something else.")
+@click.option("--force", is_flag=True, help="Overwrite --out even if it holds something else, and an existing "
+                                           "--plot or --plot-breakdown file.")
 @click.option("--plot", "plot", type=click.Path(), help="Cost vs finish plot (.pdf, .svg or .png).")
 @click.option("--plot-breakdown", "plot_breakdown", type=click.Path(),
               help="Finish-time breakdown bars (.pdf, .svg or .png) of the front plans or of --breakdown-cards.")
@@ -370,7 +372,7 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
             if given:
                 raise InputError(f"{flag} is not used by sweep --loss-front; drop it")
         return sweep_loss_fronts(kw, loss_front, loss_tokens, law, backends.DEFAULT if solver in (None, "auto")
-                                 else solver, time_limit, plot, as_json)
+                                 else solver, time_limit, plot, as_json, force)
     if breakdown_cards and not plot_breakdown:
         raise InputError("--breakdown-cards needs --plot-breakdown")
     if kw.get("confidence"):
@@ -389,6 +391,7 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
     for path, what in ((plot, "--plot"), (plot_breakdown, "--plot-breakdown")):
         if path:
             sw.check_output_path(path, what, PLOT_FORMATS)
+            refuse_existing(path, what, force)
     if out:
         sw.check_output_path(out)
     if pareto == "carbon" and spec.catalog is not None:

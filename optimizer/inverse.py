@@ -418,6 +418,31 @@ class Unreachable:
     at_deadline: Candidate | None
     reachable: Candidate | None
     solves: int
+    out_of_reach: str | None = None  # no budget or deadline can reach it (:func:`out_of_reach`): why; not searched
+
+
+#: What stops a size without a plan solve: the target below its loss at any tokens, past the --tokens range, past
+#: the data. No budget and no deadline changes any of them.
+NOT_BY_MONEY_OR_TIME = frozenset({LOSS, GRID, DATA})
+
+
+def out_of_reach(q: InverseQuestion, cands: Sequence[Candidate]) -> str | None:
+    """Why no budget and no deadline reaches ``q.target_loss`` (None: one may): every size is stopped before any
+    plan is solved, by the fit itself (L(N, D) > E + A / N^alpha for every D, so a target at or below that floor is
+    out of the size's reach at any token count), by the --tokens range or by the data (:func:`_least_cost`). The
+    budget and the deadline only change which plans exist, so neither changes those."""
+    assert q.target_loss is not None
+    if not cands or any(c.binds not in NOT_BY_MONEY_OR_TIME for c in cands):
+        return None
+    floor = min(cands, key=lambda c: loss(q.law, c.params, math.inf))
+    least = loss(q.law, floor.params, math.inf)
+    if all(c.binds == LOSS for c in cands):
+        return (f"below every listed size's loss with unlimited tokens, E + A/N^alpha (the least: {floor.model}, "
+                f"{least:.4f}; the fit's irreducible loss E = {q.law.E:g}); only a larger model can")
+    notes = ", ".join(sorted({c.binds for c in cands}))
+    return (f"no listed size reaches it within the allowed tokens (each row's note: {notes}; the least loss with "
+            f"unlimited tokens: {floor.model}, {least:.4f}); a larger model, a wider --tokens range or more unique "
+            "data can")
 
 
 #: How far the deadline search looks: this many times the stated deadline.
@@ -425,7 +450,8 @@ DEADLINE_REACH = 100.0
 
 
 def explain_unreachable(q: InverseQuestion, build: Build, params: Callable[[str], int], backend: str,
-                        req: Request | None = None, days_tolerance: float = 0.1) -> Unreachable:
+                        req: Request | None = None, days_tolerance: float = 0.1,
+                        cands: Sequence[Candidate] = ()) -> Unreachable:
     """The smallest budget and the shortest deadline reaching ``q.target_loss``, and the best loss at the given ones.
 
     Budget: with the budget lifted each size's answer is its fewest tokens reaching the target, the cheapest
@@ -433,7 +459,9 @@ def explain_unreachable(q: InverseQuestion, build: Build, params: Callable[[str]
     that reaches the target; the re-solve at exactly that budget confirms it. Deadline: whether some size reaches
     the target within the budget only gets easier with a later deadline (every plan meeting a date meets a later
     one), so a bisection over the deadline between the stated one and ``DEADLINE_REACH`` times it, re-solving at
-    each step, ends at a deadline (within ``days_tolerance`` days) whose solve found a chosen candidate."""
+    each step, ends at a deadline (within ``days_tolerance`` days) whose solve found a chosen candidate. Neither
+    is searched where the first answer's candidates ``cands`` show that no budget or deadline can reach the target
+    (:func:`out_of_reach`)."""
     assert q.target_loss is not None
     solves = 0
 
@@ -444,6 +472,9 @@ def explain_unreachable(q: InverseQuestion, build: Build, params: Callable[[str]
         solves += r.solves
         return r
 
+    why = out_of_reach(q, cands)
+    if why is not None:
+        return Unreachable(None, None, None, run(replace(q, target_loss=None)).chosen, solves, why)
     min_budget = None
     if q.budget is not None:
         free = run(replace(q, budget=None)).chosen
@@ -624,7 +655,7 @@ def ask(raw: dict[str, Any], catalog_dirs: Sequence[str], backend: str, req: Req
     res = solve_inverse(q, build, params, backend, req)
     asked = Asked(res, result_dict(res, scaling.repeat_source), q)
     if res.chosen is None and q.target_loss is not None:
-        asked.why = explain_unreachable(q, build, params, backend, req)
+        asked.why = explain_unreachable(q, build, params, backend, req, cands=res.candidates)
         asked.out["unreachable"] = unreachable_dict(asked.why)
     if front:
         by_cost, n_cost = loss_cost_front(q, build, params, backend, req)
@@ -734,4 +765,5 @@ def unreachable_dict(u: Unreachable) -> dict[str, Any]:
     """Why no size reaches the target, in the JSON."""
     return {"min_budget": None if u.min_budget is None else u.min_budget.total_cost,
             "at_min_budget": where_dict(u.min_budget), "min_deadline_days": u.min_deadline_days,
-            "at_min_deadline": where_dict(u.at_deadline), "reachable": where_dict(u.reachable), "solves": u.solves}
+            "at_min_deadline": where_dict(u.at_deadline), "reachable": where_dict(u.reachable), "solves": u.solves,
+            "out_of_reach": u.out_of_reach}

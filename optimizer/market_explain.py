@@ -15,10 +15,11 @@ proven infeasible:
    :func:`~tpopt.optimizer.explain.conflict_detail`), and the smallest single change of each input on it
    (:func:`~tpopt.optimizer.explain.relaxations`; not the accelerator or the card price, which the offers are).
 3. The inputs every offer shares (:data:`MARKET_INPUTS`: deadline, tokens, reserved days, input rate, budget,
-   storage bandwidth) verified on the whole market (:func:`market_value`): the market re-solved with the value
-   admits a plan, and with the value one printed unit less favourable admits none; when it admits one (another
-   offer needs less), the value is bisected on the market at the printed precision (each input is monotone:
-   more time, fewer tokens, a faster input pipeline or a larger budget never removes a plan). The other inputs
+   storage bandwidth; and max_cards where it is the nearest offer's card cap, :func:`market_max_cards`) verified
+   on the whole market (:func:`market_value`): the market re-solved with the value admits a plan, and with the
+   value one printed unit less favourable admits none; when it admits one (another offer needs less), the value
+   is bisected on the market at the printed precision (each input is monotone: more time, fewer tokens, a faster
+   input pipeline or a larger budget never removes a plan). The other inputs
    (cards, memory, NICs, ...) are the nearest offer's own and say so. An offer whose finish floor passes the
    re-solved market's deadline has no plan there and is not solved (:func:`market_with_plan`).
 """
@@ -47,6 +48,7 @@ from tpopt.optimizer.explain.inputs import (
     Relaxation,
     with_deadline,
     with_input_rate,
+    with_max_cards,
     with_max_cost,
     with_reserved,
     with_tokens,
@@ -236,21 +238,78 @@ def market_value(sc: Scenario, name: str, value: float, current: float, solver: 
     if bad_i > 0:
         below = at(bad_i)
         if below is not None:  # another offer needs less: bisect between the current value and here
-            good_i, ok = bad_i, below
             bad_i = math.floor(current / step + 1e-9) if up else math.ceil(current / step - 1e-9)
-            while abs(good_i - bad_i) > 1:
-                mid = (good_i + bad_i) // 2
-                ms = at(mid)
-                if ms is not None:
-                    good_i, ok = mid, ms
-                else:
-                    bad_i = mid
+            good_i, ok = bisect_market(bad_i, good_i - 1 if up else good_i + 1, below, at)
     return round(good_i * step, p.digits), ok
 
 
-def market_relaxation(sc: Scenario, r: Relaxation, solver: Solver, req: Request, offer: str) -> dict[str, Any]:
-    """One relaxation of the nearest offer as the market's answer (module, 3)."""
+def bisect_market(bad: int, good: int, found: MK.MarketSolve, at: Callable[[int], MK.MarketSolve | None]
+                  ) -> tuple[int, MK.MarketSolve]:
+    """The value next to ``bad`` (no plan) on the way to ``good`` (a plan, the market's solve ``found``) where the
+    market ``at`` it first has a plan, and that solve: a bisection, feasibility being monotone (either way)."""
+    while abs(good - bad) > 1:
+        mid = (good + bad) // 2
+        ms = at(mid)
+        if ms is not None:
+            good, found = mid, ms
+        else:
+            bad = mid
+    return good, found
+
+
+def market_max_cards(sc: Scenario, d: dict[str, Any], solver: Solver, req: Request) -> dict[str, Any]:
+    """The max_cards relaxation ``d`` (the nearest offer's, as JSON) as the market's answer, where the scenario's
+    max_cards is the nearest offer's card cap. Each offer's cap is min(max_cards, available, the site power cap),
+    so raising max_cards raises every offer's cap at once, and another offer (other cards per host, another
+    card) may have a plan where the nearest one has none (the nearest was chosen under the cap asked about).
+    Feasibility on the market is monotone in max_cards (each offer's space at m cards holds its space at m - 1),
+    so a galloping search finds the answer: max_cards doubled from the current value (at most to U, the most
+    cards any offer has available, every offer then at its own cap; or to the nearest offer's own answer, where it
+    has one) until the market has a plan, then bisected between the last value without one and it (the market
+    has a plan with the answer, none with one card fewer). None even at U: max_cards cannot help on the market."""
+    current = int(d["current"])
+    most = max(o.available for o in sc.market.offers)
+    if d["helps"] is True and isinstance(d["required"], int | float):
+        most = min(most, int(d["required"]))  # the nearest offer has a plan there, so the market has one
+    if most <= current:
+        return d
+
+    def at(cards: int) -> MK.MarketSolve | None:
+        return market_with_plan(with_max_cards(sc, cards), solver, req)
+
+    bad, good, ms = current, min(2 * current, most), None
+    while ms is None:
+        ms = at(good)
+        if ms is None:
+            if good >= most:  # the nearest offer's answer stands for the market: say so
+                d["scope"] = "market"
+                note = f"no offer has a plan even with max_cards = {most:,} (the most cards any offer has available)"
+                d["note"] = note + (f"; {d['note']}" if d.get("note") else "")
+                return d
+            bad, good = good, min(2 * good, most)
+    good, ms = bisect_market(bad, good, ms, at)
+    pick = ms.pick
+    d.update(scope="market", helps=True, required=good, required_exact=None,
+             method="fewest max_cards giving the market a plan (galloping then bisection, each value re-solved on "
+                    "every offer)",
+             apply={PARAMS["max_cards"].override: good},
+             market_check={"feasible_at": good, "infeasible_at": good - 1 if good > 1 else None,
+                           "offer": pick.offer.id if pick is not None else None})
+    for key in ("blocked_by", "note", "chain"):
+        d.pop(key, None)
+    if pick is not None and pick.best is not None:
+        d.update(plan=pick.best.plan_dict(), cost=pick.best.metrics["cost"], cost_unit=pick.best.metrics["cost_unit"],
+                 finish_days=pick.best.metrics["finish_days"], note=f"on {pick.offer.id}")
+    return d
+
+
+def market_relaxation(sc: Scenario, r: Relaxation, solver: Solver, req: Request, offer: str,
+                      own_cap: bool = False) -> dict[str, Any]:
+    """One relaxation of the nearest offer as the market's answer (module, 3; ``own_cap``: the scenario's
+    max_cards is that offer's card cap, so its relaxation is the market's, :func:`market_max_cards`)."""
     d = r.as_dict(sc.task.confidence)
+    if r.parameter == "max_cards" and own_cap and r.helps is not None and isinstance(r.current, int | float):
+        return market_max_cards(sc, d, solver, req)
     if r.parameter not in MARKET_INPUTS:
         d["scope"] = f"offer {offer}"
         return d
@@ -311,7 +370,8 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     rels = relaxations(osc, ctx.backend, req, core=core_, enforced=ctx.enforced, ctx=ctx, only=names,
                        progress=progress)
     out.update(conflict=core_, conflict_detail=detail,
-               relaxations=[market_relaxation(sc, r, solver, req, row.offer.id) for r in rels])
+               relaxations=[market_relaxation(sc, r, solver, req, row.offer.id,
+                                              own_cap=near["cards_cap"] == "search.max_cards") for r in rels])
     if near["cards_cap"] != "search.max_cards":
         offer_cap(out, dict(near, max_cards=sc.search.max_cards))
     return out
@@ -339,4 +399,4 @@ def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
 
 
 __all__ = ["MARKET_INPUTS", "OFFER_ONLY", "finish_floor_s", "nearest_offer", "market_with_plan", "market_value",
-           "market_relaxation", "market_infeasibility"]
+           "bisect_market", "market_max_cards", "market_relaxation", "market_infeasibility"]

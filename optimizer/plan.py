@@ -382,7 +382,8 @@ def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = Tru
         from tpopt.optimizer.spot_policy import policy_entry  # lazy: start-up time (SciPy)
 
         out["market"]["spot_policy"] = policy_entry([(r.offer, r.sc, r.best) for r in ms.offers],
-                                                    F.limit(F.DEADLINE, sc), sc.task.confidence)
+                                                    F.limit(F.DEADLINE, sc), sc.task.confidence,
+                                                    ms.pick.offer.id if ms.pick is not None else None)
     return PlanReport.of(ms.result, out, view)
 
 

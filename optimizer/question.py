@@ -33,7 +33,7 @@ from tpopt.optimizer.plan import PlanReport, conflict_choice, plan, shared_space
 from tpopt.optimizer.result import Request, SolveResult
 from tpopt.optimizer.space import Space
 
-MARKET_NOT_ANALYSED = ("not analysed across offers (each offer's plan is proven optimal on that offer; "
+MARKET_NOT_ANALYSED = ("each offer is its own sub-problem (each offer's plan is proven optimal on that offer; "
                        "tpopt solve lists every offer's best plan)")
 """Why an explained market optimum has no binding constraints (as ``tpopt solve`` says it)."""
 CARRIED = ("batch", "batch_choices", "market", "finish_distribution", "conflict_status", "scenario",

@@ -40,11 +40,12 @@ from tpopt.models.market import Power, site_power_w
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, fmt_count
 from tpopt.optimizer import backends
+from tpopt.optimizer import footing as FT
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.pools import smallest_feasible
 from tpopt.optimizer.result import Request
-from tpopt.presentation import scale_out_relaxation_lines
+from tpopt.presentation import footing_lines, scale_out_relaxation_lines
 
 MAX_SITES = 8
 # the checks the WAN changes (re-checked here with the WAN time), and the card cap the sites replace
@@ -459,6 +460,19 @@ def report(out: SitesSolve) -> dict[str, Any]:
     return d
 
 
+def site_footing(sc: Scenario, out: SitesSolve) -> dict[str, Any]:
+    """The footing (:func:`tpopt.optimizer.footing.footing`) of the plan's replicas as one site: the best
+    candidate's D replicas (else the one-site replica plan) evaluated without the WAN. Its price (card-hour and
+    NIC-hour, with its date), card MTBF and storage bandwidth, with the share of the run each costs, are the
+    sites plan's: the checkpoint and failure overheads scale with the run's length (module, 3), so their shares
+    are the same over the WAN. Its P(on time) is the one-site finish's, not the sites plan's: left out."""
+    plan = out.replica.plan if out.best is None else \
+        replace(out.replica.plan, cards=out.best.cards, dp=out.best.dp, grad_accum=0)
+    f = FT.of_evaluation(sc, evaluate(sc, plan).as_dict())
+    f["evidence"] = {**f["evidence"], "p_on_time": None}
+    return {**f, "of": f"the replicas at one site, {plan.cards:,} cards, before the WAN"}
+
+
 def _site_entry(out: SitesSolve, site: S.Site, replicas: int, replica_cards: int) -> dict[str, Any]:
     """One used site: replicas, cards, facility power (MW, None without the card's power figures) and its cap."""
     mw = None if out.power is None else replicas * replica_power_w(out.power, site, replica_cards,
@@ -495,8 +509,8 @@ def request_lines(d: dict[str, Any]) -> list[str]:
             f"({', '.join(q['sites'])}), WAN {q['wan_gbps']:,.4g} Gbit/s each way{pairs}"]
 
 
-def lines(d: dict[str, Any]) -> list[str]:
-    """The report as text lines."""
+def lines(d: dict[str, Any], width: int = 100) -> list[str]:
+    """The report as text lines (the footing wrapped to ``width``)."""
     r = d["replica"]
     out = [*request_lines(d),
            f"replica: {r['cards']} x {r['accelerator']} (TP {r['tp']}, PP {r['pp']}, CP {r['cp']}, micro-batch "
@@ -514,7 +528,7 @@ def lines(d: dict[str, Any]) -> list[str]:
     out += crossover_lines(d)
     out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
     out += [f"assumption: {a}" for a in d["assumptions"]]
-    return out
+    return out + (footing_lines(d["footing"], width) if "footing" in d else [])
 
 
 def crossover_lines(d: dict[str, Any]) -> list[str]:
@@ -558,6 +572,6 @@ def _mode(c: dict[str, Any]) -> str:
     return "sync" if c["mode"] == S.SYNC else f"DiLoCo H={c['inner_steps']} F={c['fragments']}"
 
 
-__all__ = ["Candidate", "Ring", "SitesSolve", "solve_sites", "rings", "balanced", "candidates_for",
+__all__ = ["site_footing", "Candidate", "Ring", "SitesSolve", "solve_sites", "rings", "balanced", "candidates_for",
            "crossover_bps", "report", "lines", "MAX_SITES", "mode_configs", "wan_terms", "mode_lines", "scored_sites",
            "relax_wan_bandwidth", "with_bandwidth", "wan_relaxation", "crossover_of", "crossover_lines", "GBPS"]

@@ -86,6 +86,7 @@ from tpopt.optimizer.sites import (
     request_lines,
     rings,
     site_count,
+    site_footing,
     solve_sites,
     wan_relaxation,
     wan_terms,
@@ -687,6 +688,26 @@ def wider_lines(d: dict[str, Any]) -> list[str]:
             f"a plan, not scored ({sets}): proven only over plans of at most {w['max_types']} types"]
 
 
+def stated_reliability(sc: Scenario, best: dict[str, Any] | None) -> dict[str, Any]:
+    """The stated inputs behind the job's checkpoint and failure overhead (they move the finish and the bill):
+    the card MTBF (every card of every site; None: none stated), the storage bandwidth, and the best plan's
+    overhead L (finish = reserved + iterations x step x (1 + L); None without a plan)."""
+    rel = sc.reliability
+    return {"card_mtbf_days": None if rel.card_mtbf_s is None else rel.card_mtbf_s / DAY,
+            "write_gb_s": rel.write_bandwidth / 1e9, "overhead": None if best is None else best["overhead"],
+            "cards": None if best is None else best["cards"]}
+
+
+def reliability_line(r: dict[str, Any] | None) -> list[str]:
+    """The report's line of :func:`stated_reliability` (none where the report has none)."""
+    if not r:
+        return []
+    mtbf = "no card MTBF" if r["card_mtbf_days"] is None else f"card MTBF {r['card_mtbf_days']:,.0f} d"
+    lost = "" if r["overhead"] is None else \
+        f"; checkpoint and failure overhead {100 * r['overhead']:.1f} % of the training time on {r['cards']:,} cards"
+    return [f"stated: {mtbf} (every card of every site), storage bandwidth {r['write_gb_s']:g} GB/s{lost}"]
+
+
 def mixed_lines(d: dict[str, Any]) -> list[str]:
     """The report as text lines."""
     if d["best"] is None:
@@ -706,7 +727,7 @@ def mixed_lines(d: dict[str, Any]) -> list[str]:
     out += crossover_lines(d)
     out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
     out += [f"assumption: {a}" for a in d["assumptions"]]
-    return out
+    return out + reliability_line(d.get("reliability"))
 
 
 def answer(source: str | PathLike[str] | Mapping[str, Any], catalog_dirs: Sequence[str | PathLike[str]] = (),
@@ -716,16 +737,19 @@ def answer(source: str | PathLike[str] | Mapping[str, Any], catalog_dirs: Sequen
     _, stated = split_sites(read_scenario_file(source))
     if stated is not None and S.mixed(stated):
         msc, msi, powers = load_mixed_sites_scenario(source, catalog_dirs)
-        return {"request": request(msc, msi), **mixed_report(solve_mixed_sites(msc, msi, powers))}
+        d = {"request": request(msc, msi), **mixed_report(solve_mixed_sites(msc, msi, powers))}
+        return {**d, "reliability": stated_reliability(msc, d["best"])}
     sc, si, power = load_sites_scenario(source, catalog_dirs)
-    return {"request": request(sc, si), **report(solve_sites(sc, si, power, solver))}
+    out = solve_sites(sc, si, power, solver)
+    return {"request": request(sc, si), **report(out), "footing": site_footing(sc, out)}
 
 
-def answer_lines(d: dict[str, Any]) -> list[str]:
-    """The text of :func:`answer`'s report (either decision's)."""
-    return mixed_lines(d) if "types" in d else lines(d)
+def answer_lines(d: dict[str, Any], width: int = 100) -> list[str]:
+    """The text of :func:`answer`'s report (either decision's; a footing wrapped to ``width``)."""
+    return mixed_lines(d) if "types" in d else lines(d, width)
 
 
-__all__ = ["answer", "answer_lines", "TypeTable", "SitePart", "MixedCandidate", "MixedSolve", "replica_shares",
+__all__ = ["answer", "answer_lines", "stated_reliability", "reliability_line",
+           "TypeTable", "SitePart", "MixedCandidate", "MixedSolve", "replica_shares",
            "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "wider_lines",
            "REPLICA_FAMILIES", "as_candidate"]

@@ -133,10 +133,12 @@ def pairs(rows: list[Row]) -> list[tuple[M.Offer, M.Offer, Scenario, Evaluation]
     return out
 
 
-def policy_entry(rows: list[Row], deadline_s: float,
-                 confidence: float) -> dict[str, Any] | None:
+def policy_entry(rows: list[Row], deadline_s: float, confidence: float,
+                 pick: str | None = None) -> dict[str, Any] | None:
     """The report's ``spot_policy`` entry: every offer pair's decision and the cheapest meeting the
-    confidence (``best``: its index; None when none does); None without a pair."""
+    confidence (``best``: its index; None when none does); None without a pair. ``pick``: the market's chosen
+    offer; where it is a pair's spot offer and all spot misses the confidence under the spot terms (capacity on
+    a share of days, the rate's uncertainty), ``pick_misses`` says so (:func:`pick_misses`)."""
     found = []
     for spot, od, sc, ev in pairs(rows):
         terms, run = terms_of(spot), run_of(sc, ev)
@@ -146,8 +148,28 @@ def policy_entry(rows: list[Row], deadline_s: float,
         return None
     meeting = [i for i, (d, _) in enumerate(found) if d.meets]
     best = min(meeting, key=lambda i: found[i][0].chosen.cost) if meeting else None
-    return {"pairs": [e for _, e in found], "best": best}
+    entries = [e for _, e in found]
+    missed = pick_misses(entries, pick, confidence)
+    return {"pairs": entries, "best": best, **({} if missed is None else {"pick_misses": missed})}
+
+
+def pick_misses(pairs_: list[dict[str, Any]], pick: str | None, confidence: float) -> dict[str, Any] | None:
+    """The market's pick run all on spot, where the spot terms say it misses the confidence: the market's
+    chance law of a spot offer counts its preemptions but takes its capacity as always there, the spot policy
+    counts the days without capacity (``availability_per_day``) and the rate's uncertainty. Returns the pick's
+    pair (``pair``: its index), all spot's P(on time) and mean finish under the terms, and the pair's chosen
+    policy; None where the pick is no pair's spot offer or all spot meets the level."""
+    for i, e in enumerate(pairs_):
+        if e["spot_offer"] != pick:
+            continue
+        spot = next(c for c in e["candidates"] if c["switch_day"] is None)
+        if spot["p_on_time"] >= confidence:
+            return None
+        return {"offer": pick, "pair": i, "all_spot_p_on_time": spot["p_on_time"],
+                "all_spot_mean_finish_days": spot["mean_finish_days"], "availability_per_day":
+                e["terms"]["availability_per_day"], "policy": e["chosen"], "policy_meets": e["meets_confidence"]}
+    return None
 
 
 __all__ = ["Candidate", "Decision", "SD_LEVELS", "terms_of", "run_of", "decide", "decision_dict", "Row", "pairs",
-           "policy_entry"]
+           "policy_entry", "pick_misses"]

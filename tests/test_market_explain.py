@@ -159,3 +159,25 @@ def test_the_finish_floor_is_below_each_offers_fastest_plan(over):
             assert floor <= r.best.metrics["finish_days"] * 86400, (offer.id, floor, r.best.metrics["finish_days"])
             checked += 1
     assert checked > 10
+
+
+def test_max_cards_is_answered_on_the_market_not_on_the_nearest_offer(tmp_path):
+    """The design case on every offer with --max-cards 4 (a new user's trial). No H100 plan fits 4 cards: an
+    H100 host has 8 (catalog), and plans are whole hosts. The nearest offer under that cap is a card sold in
+    hosts of at most 4, where no card count helps; the answer said "max_cards: cannot help" although 8 cards
+    give the market a plan. Derivation that one 8-card H100 host does: 100B tokens x 52.7 GFLOP per token
+    (solve's model line) at 8 x 989 TFLOP/s x 0.40 (the flat model's stated efficiency) take 19.3 d, within
+    the 30 - 5 = 25 days. So max_cards is re-solved on the market: with it a plan, one card fewer none."""
+    days = 100e9 * 52.7e9 / (8 * 989e12 * 0.40) / 86400
+    assert days < 30 - 5
+    code, text = _run("explain", "--hw", "all", "--max-cards", "4", "--json")
+    d = json.loads(text)
+    assert code == 3 and d["market_conflict"]["cards_cap"] == "search.max_cards"
+    cards = next(r for r in d["relaxations"] if r["parameter"] == "max_cards")
+    assert cards["helps"] is True and cards["scope"] == "market"  # before: False, "offer list/catalog/..."
+    assert cards["required"] == 8 and cards["plan"]["accelerator"] == "h100-sxm" and cards["plan"]["cards"] == 8
+    assert cards["finish_days"] < 30 and cards["apply"] == {"search.max_cards": 8}
+    base = _scenario(tmp_path, "base.toml", DESIGN)
+    assert _solves(base, "--max-cards", "8") and not _solves(base, "--max-cards", "7")
+    text = " ".join(_run("explain", "--hw", "all", "--max-cards", "4")[1].split())
+    assert "max_cards now 4 cards: >= 8 cards" in text and "budget, max cards and storage bandwidth" in text

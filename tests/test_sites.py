@@ -185,6 +185,9 @@ def test_example_plan_within_caps_and_deadline() -> None:
     ([{"name": "a", "max_cards": 8}], {"bandwidth_gbps": 10, "latency_ms": 1, "modes": ["async"]}, "wan.modes"),
     ([{"name": "a", "max_cards": 8}], {"bandwidth_gbps": 10, "latency_ms": 1, "modes": ["sync"],
                                        "links": [{"sites": ["a", "z"], "bandwidth_gbps": 1}]}, "two site names"),
+    # a PUE is facility over IT power, so at least 1 (The Green Grid); 0.5 was taken, halving the site's power
+    ([{"name": "a", "max_cards": 8, "pue": 0.5}], {"bandwidth_gbps": 10, "latency_ms": 1, "modes": ["sync"]},
+     r"sites\[0\]\.pue: a PUE is facility over IT power, at least 1 \(got 0.5\)"),
 ])
 def test_bad_sites_input(sites: list[dict[str, object]], wan: dict[str, object], message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -272,3 +275,61 @@ def test_export_refuses_a_sites_scenario_naming_the_frameworks() -> None:
                        capture_output=True, text=True, check=False)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "multi-datacenter plan" in p.stderr and "DiLoCo" in p.stderr and all(f in p.stderr for f in FORMATS)
+
+
+# ---------------------------------------------------------------------------------------------
+# what moves the plan is stated
+
+
+def test_the_report_states_the_price_and_the_overheads_behind_its_finish_and_bill() -> None:
+    """A new user's trial: the 4-site example's 43,904 cards finish in 145.4 d although their steps take 52.9 d
+    (153,269 steps x 29.8 s): the default card MTBF (337 d) and storage bandwidth (7 GB/s for a 5.7 TB
+    checkpoint) cost 1.75 runs of overhead, and the bill rests on the catalog's 18-month-old price, none of it
+    said. The report now carries the footing of its replicas at one site (the overheads scale with the run's
+    length, so their shares are the plan's), and the figures it states explain the finish and the bill:
+    steps = 15T x 1.05 (DiLoCo's token penalty) / (12,544 x 8,192 tokens a step), finish = steps x step x
+    (1 + save share + failure share); cost = (cards x 2.99 + hosts x 8 NICs x 0.08) USD/h x finish + egress
+    (catalogs/accelerators.toml's H100 SXM card-hour and NIC-hour prices)."""
+    import os
+    import tomllib
+
+    from tpopt.optimizer.sites_mixed import answer
+
+    d = answer(EXAMPLE)
+    b, f = d["best"], d["footing"]
+    acc = tomllib.loads((ROOT / "catalogs" / "accelerators.toml").read_text())
+    assert f["price"]["card_hour"] == acc["h100-sxm"]["price_card_hour"] == 2.99
+    stated = {x["input"]: x for x in f["stated"]}
+    save, fail = stated["storage bandwidth"]["save_overhead"], stated["card MTBF"]["failure_overhead"]
+    assert stated["card MTBF"]["card_mtbf_days"] == 337 and stated["storage bandwidth"]["write_gb_s"] == 7
+    steps = 15e12 * 1.05 / (12544 * 8192)
+    assert b["steps"] == pytest.approx(steps, rel=1e-12)
+    assert b["finish_days"] == pytest.approx(steps * b["compute_step_s"] * (1 + save + fail) / 86400, rel=1e-4)
+    assert save + fail > 1.5  # the overheads more than double the run: the figure the user was not shown
+    rate = b["cards"] * 2.99 + b["cards"] // 8 * 8 * f["price"]["nic_hour"]
+    assert b["cost"] == pytest.approx(rate * b["finish_days"] * 24 + b["egress_usd"], rel=1e-9)
+    assert f["evidence"]["p_on_time"] is None  # the one-site finish's, not the sites plan's
+    env = {**os.environ, "COLUMNS": "80"}
+    p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(EXAMPLE)], capture_output=True,
+                       text=True, timeout=300, env=env)
+    text = " ".join(p.stdout.split())
+    assert p.returncode == 0 and "price: 2.99 USD/card-h" in text and "plus 0.08 USD per NIC-hour" in text
+    assert "card MTBF 337 d (96.3 % of the training time lost to failures on 43,904 cards)" in text
+    assert "storage bandwidth 7 GB/s" in text and "saves 78.2 % of the training time" in text
+    assert max(len(line) for line in p.stdout.splitlines()) <= 80
+
+
+def test_the_mixed_report_states_the_mtbf_storage_and_overhead() -> None:
+    """The mixed-type example (a site's own card type and price) states the card MTBF and storage bandwidth every
+    site's cards share and the best plan's overhead L, the figure that stretches its finish: finish = reserved
+    (0) + steps x step x (1 + L)."""
+    from tpopt.optimizer.sites_mixed import answer, answer_lines
+
+    d = answer(ROOT / "examples" / "sites-mixed-405b.toml")
+    r, b = d["reliability"], d["best"]
+    assert r["card_mtbf_days"] == 337 and r["write_gb_s"] == 7 and r["overhead"] == b["overhead"] > 0.5
+    assert b["finish_days"] == pytest.approx(b["steps"] * (b["compute_step_s"] + b["exposed_wan_s"])
+                                             * (1 + r["overhead"]) / 86400, rel=1e-3)
+    text = " ".join(" ".join(answer_lines(d)).split())
+    assert f"card MTBF 337 d (every card of every site), storage bandwidth 7 GB/s; checkpoint and failure overhead " \
+           f"{100 * r['overhead']:.1f} % of the training time on {b['cards']:,} cards" in text

@@ -68,7 +68,8 @@ def test_rl_help_lists_only_flags_it_takes():
               "--max-cost": "100000", "--kept": "90%", "--staleness": "1", "--time-limit": "60s",
               "--model": "qwen3-8b"}
     for flag in flags:
-        if flag in ("--help", "--scenario", "--catalog", "--plot", "--json", "--timing", "--no-analysis"):
+        if flag in ("--help", "--scenario", "--catalog", "--plot", "--json", "--timing", "--no-analysis",
+                    "--force"):  # flags without a value (--force: the --plot file)
             continue
         code, _, err = run("rl", flag, values[flag], "--no-analysis")
         assert code == 0, (flag, err)
