@@ -76,10 +76,11 @@ class Catalog:
                          f"local cache)")
 
     def perf(self, name: str) -> PerfParams:
-        """Performance parameters of an accelerator (performance.toml), or the [default] entry."""
+        """Performance parameters of an accelerator (performance.toml), or the [default] entry's values carried
+        over (:func:`carried_over`)."""
         if name in self.performance:
             return self.performance[name]
-        return self.performance.get("default", PerfParams(name="default"))
+        return carried_over(self.performance.get("default", PerfParams(name="default")))
 
     def storage_tier(self, name: str) -> float:
         try:
@@ -283,6 +284,14 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     return cat
 
 
+def carried_over(default: PerfParams) -> PerfParams:
+    """[default]'s values as a card that does not state them takes them: each source says so,
+    ``carried over from [default] (SOURCE)``. A measurement [default] cites was made on another card (the A100's
+    FlashAttention-2 and nccl-tests figures), so on this card it is a prior, which the reports' footing reads
+    from that wording (tpopt.optimizer.footing.provenance)."""
+    return replace(default, sources={f: f"carried over from [default] ({v})" for f, v in default.sources.items()})
+
+
 def _derived_perf(name: str, perf: dict[str, Any], cat: Catalog, default: PerfParams,
                   seen: tuple[str, ...] = ()) -> PerfParams:
     """One performance.toml entry, built on its ``derived_from`` card's (built first) or on [default]."""
@@ -291,7 +300,7 @@ def _derived_perf(name: str, perf: dict[str, Any], cat: Catalog, default: PerfPa
     t = perf[name]
     base_name = t.get("derived_from") if isinstance(t, dict) else None
     if base_name is None:
-        out = build_perf(name, t, default)
+        out = build_perf(name, t, carried_over(default))
     else:
         if base_name not in perf or base_name == "default" or base_name in seen + (name,):
             raise InputError(f"performance.toml [{name}]: derived_from {base_name!r} must name another card's "
