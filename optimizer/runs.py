@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.recipes import Recipe, find_recipe
@@ -60,6 +60,7 @@ from tpopt.models.plan import Plan, Scenario, schedule_name
 from tpopt.models.units import GIB
 from tpopt.optimizer.calibrate import MeasuredRun
 
+_R = TypeVar("_R")
 DEFAULT_ACCELERATOR = "a100-80gb-sxm"
 DEFAULT_TABLE_STACK = "megatron-lm-2021"  # a table without a ``# stack = NAME`` line
 STACK = {"precision": "fp16-mixed-fp32-grad", "dropout": True, "flash_attention": False, "sequence_parallel": False,
@@ -361,10 +362,19 @@ def _model_table(row: dict[str, str], where: str) -> dict[str, Any] | None:
     return {"_inline": t}
 
 
+def _in_run(where: str, call: Callable[..., _R], *args: Any) -> _R:
+    """``call(*args)``, an input error it raises named by the run it reads (``FILE: run NAME: ...``), as the
+    table's own cell errors are: an unknown model or card of one row among many."""
+    try:
+        return call(*args)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
 def _accelerator(row: dict[str, str], cat: Catalog, base_raw: dict[str, Any] | None, where: str) -> str:
     if row.get("accelerator"):
         name = row["accelerator"].strip()
-        cat.accelerator(name)
+        _in_run(where, cat.accelerator, name)
         return name
     tf, pct = row.get("measured_tflops_per_gpu"), row.get("measured_pct_of_peak")
     if tf and pct:
@@ -440,10 +450,11 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
             arch = ModelArch(name=name, source=f"{Path(path).name}, run {name}", **model["_inline"])
             raw["model"] = {"name": "(inline)"}
         elif model:
+            _in_run(where, cat.model, model["name"])
             raw["model"] = model
         noted = _note_settings(row, notes)
         if "accelerator" in noted and not accelerator:
-            cat.accelerator(noted["accelerator"])
+            _in_run(where, cat.accelerator, noted["accelerator"])
         acc = accelerator or noted.get("accelerator") or _accelerator(row, cat, base_raw, where)
         own = run_stacks.get(name) or row_stack(row, stack, where)
         defaults = _stack_defaults(base_raw, own if base_raw is None else stack)
