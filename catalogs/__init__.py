@@ -9,11 +9,11 @@ entries of the same name. Every value is parsed with its unit exactly once, here
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
 from tpopt.catalogs.declare import read_entry
@@ -32,6 +32,8 @@ from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
 from tpopt.models.units import parse_duration
+
+_R = TypeVar("_R")
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 CATALOG_FILES = ("accelerators.toml", "links.toml", "storage.toml", "models.toml", "performance.toml")
@@ -94,9 +96,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return builtin_toml(path, read_text_capped(path, "catalog file"), lambda text: loads_toml(text, str(path)))
 
 
-def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:
+def _merge(dirs: list[Path], origins: dict[tuple[str, str], tuple[Path, bool]] | None = None
+           ) -> dict[str, dict[str, Any]]:
+    """The catalog files of ``dirs`` merged in order; ``origins`` gets, for each entry a directory after the
+    first sets, (its file, whether it replaced an entry of that name whole)."""
     raw: dict[str, dict[str, Any]] = {Path(f).stem: {} for f in CATALOG_FILES}
-    for d in dirs:
+    for i, d in enumerate(dirs):
         if not d.is_dir():
             raise InputError(f"catalog directory {str(d)!r} does not exist")
         for fname in CATALOG_FILES:
@@ -125,8 +130,29 @@ def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:
                             both = isinstance(v2, dict) and isinstance(entry.get(k2), dict)
                             entry[k2] = {**entry[k2], **v2} if both else v2
                     else:
+                        if origins is not None and i:
+                            origins[(stem, key)] = (p, key in raw[stem])
                         raw[stem][key] = value
+                    if origins is not None and i and stem == "performance":
+                        origins[(stem, key)] = (p, False)
     return raw
+
+
+def _entry(origins: dict[tuple[str, str], tuple[Path, bool]], stem: str, name: str,
+           build: Callable[..., _R], *args: Any) -> _R:
+    """``build(*args)`` for one catalog entry; an input error of an entry a ``--catalog`` directory set names
+    that file first, and, where the entry replaced a built-in one whole and misses a required key, says so."""
+    try:
+        return build(*args)
+    except InputError as e:
+        if (stem, name) not in origins:
+            raise
+        path, replaced = origins[(stem, name)]
+        whole = (f" (an entry in {path.name} replaces the built-in {name} whole, every required key with it; "
+                 "only performance.toml overrides field by field, and a price or usable memory of your own "
+                 "goes in the scenario's [hardware] or [cost])") if replaced and "missing required key" in str(e) \
+            else ""
+        raise InputError(f"{path}: {e}{whole}") from None
 
 
 LINK_KEYS = tuple(f.name for f in fields(LinkKeys))
@@ -254,18 +280,16 @@ def model_from_hf_cache(repo_id: str, cache_dir: str | None = None) -> ModelArch
 def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     """The built-in catalog, extended/overridden by each directory in ``extra_dirs`` in order."""
     dirs = [BUILTIN_DIR] + [Path(d) for d in extra_dirs]
-    raw = _merge(dirs)
+    origins: dict[tuple[str, str], tuple[Path, bool]] = {}
+    raw = _merge(dirs, origins)
     links, nics = _build_nics(raw["links"])
     cat = Catalog(links=links, nics=nics, raw=raw)
     for name, t in raw["storage"].items():
-        where = f"storage {name}"
-        check_keys(t, STORAGE_KEYS, where)
-        tier: StorageKeys = read_entry(StorageKeys, t, where)
-        cat.storage[name] = tier.write_bandwidth
+        cat.storage[name] = _entry(origins, "storage", name, _storage_tier, name, t)
     for name, t in raw["accelerators"].items():
-        cat.accelerators[name] = _build_accelerator(name, t, links, nics)
+        cat.accelerators[name] = _entry(origins, "accelerators", name, _build_accelerator, name, t, links, nics)
     for name, t in raw["models"].items():
-        cat.models[name] = build_model(name, t)
+        cat.models[name] = _entry(origins, "models", name, build_model, name, t)
     cat.market = load_market(extra_dirs, set(cat.accelerators))
     cat.market.offers.update(list_price_offers(cat.market, {
         k: (a.price_card_hour, str(raw["accelerators"][k]["price_date"]), a.sources.get("price_card_hour", ""),
@@ -280,8 +304,16 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
             raise InputError(f"performance.toml [{name}]: unknown accelerator {name!r} (a table per accelerator "
                              f"of accelerators.toml, or [default]; known: {', '.join(sorted(cat.accelerators))})")
         if name != "default":
-            cat.performance[name] = _derived_perf(name, perf, cat, default)
+            cat.performance[name] = _entry(origins, "performance", name, _derived_perf, name, perf, cat, default)
     return cat
+
+
+def _storage_tier(name: str, t: dict[str, Any]) -> float:
+    """One entry of storage.toml: its write bandwidth (bytes/s)."""
+    where = f"storage {name}"
+    check_keys(t, STORAGE_KEYS, where)
+    tier: StorageKeys = read_entry(StorageKeys, t, where)
+    return tier.write_bandwidth
 
 
 def carried_over(default: PerfParams) -> PerfParams:

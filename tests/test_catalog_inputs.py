@@ -98,6 +98,33 @@ def test_bad_catalog_files_exit_2(tmp_path, fname, text, fragment):
     assert_one_line_exit_2(r, fragment)
 
 
+
+@pytest.mark.parametrize("fname,text,fragment", [
+    ("accelerators.toml", "[my-card]\npeak_bf16 = \"1TFLOP/s\"\nmemory = \"8GB\"\nhost_link = \"pcie4-x16\"\n"
+                          "cards_per_host = 8\n", "accelerator my-card: missing required key 'nic'"),
+    ("models.toml", "[m]\nlayers = 2\nhidden = \"8\"\nheads = 2\nffn = 8\nvocab = 8\n", "model m hidden"),
+    ("storage.toml", "[fast]\nwrite_bandwidth = 5\n", "storage fast write_bandwidth"),
+    ("performance.toml", "[h100-sxm]\nkernel_overhead = 1e-5\n", "performance h100-sxm kernel_overhead"),
+])
+def test_a_bad_entry_of_a_user_catalog_names_its_file(tmp_path, fname, text, fragment):
+    """One line naming the file, the entry and the key: with several --catalog directories (a card in one, a
+    calibrated performance.toml in another) the entry's name alone does not say which file to fix."""
+    (tmp_path / fname).write_text(text)
+    r = run(["catalog", "models", "--catalog", str(tmp_path)])
+    assert_one_line_exit_2(r, f"{tmp_path / fname}: {fragment}")
+
+
+def test_a_user_entry_that_replaces_a_built_in_card_says_so_when_a_key_is_missing(tmp_path):
+    """docs/catalogs.md: a --catalog entry replaces the built-in of the same name (performance.toml alone
+    overrides field by field). A user who writes only the key to change is told that, and where a price
+    override goes, rather than only which required key is missing."""
+    (tmp_path / "accelerators.toml").write_text('[h100-sxm]\nprice_card_hour = 1.99\n[h100-sxm.sources]\n'
+                                                'price_card_hour = "my contract"\n')
+    r = run(["catalog", "accelerators", "--catalog", str(tmp_path)])
+    assert_one_line_exit_2(r, f"{tmp_path / 'accelerators.toml'}: accelerator h100-sxm: missing required key")
+    assert "replaces the built-in h100-sxm whole" in r.stderr
+
+
 # ------------------------------------------------------------------------------- Hugging Face cache
 
 @pytest.fixture
