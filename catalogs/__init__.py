@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
-from tpopt.catalogs.declare import read_entry
+from tpopt.catalogs.declare import read_entry, spec
 from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, PerfKeys, StorageKeys
 from tpopt.catalogs.market import Market, list_price_offers, load_market
 from tpopt.catalogs.tables import (
@@ -287,7 +287,9 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     for name, t in raw["storage"].items():
         cat.storage[name] = _entry(origins, "storage", name, _storage_tier, name, t)
     for name, t in raw["accelerators"].items():
-        cat.accelerators[name] = _entry(origins, "accelerators", name, _build_accelerator, name, t, links, nics)
+        acc = _entry(origins, "accelerators", name, _build_accelerator, name, t, links, nics)
+        cat.accelerators[name] = _unsourced_said(acc, t, origins[("accelerators", name)][0]) \
+            if ("accelerators", name) in origins else acc
     for name, t in raw["models"].items():
         cat.models[name] = _entry(origins, "models", name, build_model, name, t)
     cat.market = load_market(extra_dirs, set(cat.accelerators))
@@ -306,6 +308,25 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
         if name != "default":
             cat.performance[name] = _entry(origins, "performance", name, _derived_perf, name, perf, cat, default)
     return cat
+
+
+NO_SOURCE = "no source given"
+ACCELERATOR_SOURCED = tuple(f.name for f in fields(AcceleratorKeys) if spec(f).source)
+"""The accelerator keys whose value a source must back (built-in files: tests/test_catalogs.py)."""
+
+
+def _unsourced_said(acc: Accelerator, t: dict[str, Any], path: Path) -> Accelerator:
+    """A card of a user's catalog with a number stated without a source: that source reads ``no source given
+    (FILE)``, so listings, reports and the JSON say so rather than pass the number as sourced (stacks.toml and
+    recipes.toml refuse such an entry; an accelerator is taken, and marked)."""
+    missing = {k: f"{NO_SOURCE} ({path})" for k in ACCELERATOR_SOURCED if k in t and k not in acc.sources}
+    return replace(acc, sources={**acc.sources, **missing}) if missing else acc
+
+
+def unsourced(cat: Catalog) -> dict[str, list[str]]:
+    """The accelerators with numbers no source backs, and those keys (declaration order)."""
+    out = {name: [k for k, v in a.sources.items() if v.startswith(NO_SOURCE)] for name, a in cat.accelerators.items()}
+    return {name: keys for name, keys in out.items() if keys}
 
 
 def _storage_tier(name: str, t: dict[str, Any]) -> float:

@@ -233,3 +233,21 @@ def test_a_user_card_scaled_by_a_fitted_card(tmp_path):
     b200 = cat.raw["performance"]["b200"]
     assert cat.perf("h200").gemm_efficiency == pytest.approx(0.5 * b200["gemm_efficiency"]
                                                              / b200["calibration"]["prior"][0])
+
+
+def test_a_user_card_with_an_unsourced_number_is_not_said_to_be_sourced(tmp_path):
+    """`tpopt catalog accelerators` ends with "Every number has a source"; the built-in files are held to it by
+    tests, a user's accelerators.toml is not refused for a number without one (stacks.toml and recipes.toml
+    entries are). So the listing says which numbers have none, --sources and the JSON mark each one, and the
+    sentence is printed only when it is true."""
+    (tmp_path / "accelerators.toml").write_text(
+        '[my-card]\npeak_bf16 = "835TFLOP/s"\nmemory = "94GB"\nhbm_bandwidth = "3900GB/s"\nhost_link = "pcie5-x16"\n'
+        'cards_per_host = 8\nnic = "400g"\n[my-card.sources]\nmemory = "my datasheet"\nhost_link = "my datasheet"\n'
+        'cards_per_host = "my server"\nnic = "my server"\n')
+    r = run(["catalog", "accelerators", "--catalog", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "Every number has a source" not in r.stdout
+    assert "No source for my-card peak_bf16, hbm_bandwidth" in " ".join(r.stdout.split())
+    listed = run(["catalog", "accelerators", "--catalog", str(tmp_path), "--sources"]).stdout
+    assert f"peak_bf16: no source given ({tmp_path / 'accelerators.toml'})" in " ".join(listed.split())
+    assert "Every number has a source" in run(["catalog", "accelerators"]).stdout  # the built-in catalog: true
