@@ -425,8 +425,11 @@ def _candidates(layers: int, pp: int, per_replica: int, mb: int, vs: int | None,
 
 
 def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: dict[str, Any] | None = None,
-                  accelerator: str | None = None, schedules: str = "default") -> list[MeasuredRun]:
-    """Measured runs of a CSV file (module docstring); ``base_raw`` is a scenario's raw tables."""
+                  accelerator: str | None = None, schedules: str = "default",
+                  task_keys: Sequence[str] | None = None) -> list[MeasuredRun]:
+    """Measured runs of a CSV file (module docstring); ``base_raw`` is a scenario's raw tables. ``task_keys``:
+    the ``[task]`` keys (``seq_len``, ``global_batch``) ``base_raw`` may supply to a row without that column
+    (None: every key, a scenario the user gave; the built-in one states none, so the column is required)."""
     cat = catalog or load_catalog()
     table = Path(path).stem
     stated_stack = stated_table_stack(path)
@@ -465,8 +468,9 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         stated.update(run_comm.get(name, {}))  # the table's [comm] statement for this run
         if "precision" in stated:
             stated["precision"] = PRECISIONS.get(stated["precision"], stated["precision"])
-        seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
-        batch = _num(row, "global_batch", where, int, raw.get("task", {}).get("global_batch") or None)
+        task = {k: v for k, v in raw.get("task", {}).items() if task_keys is None or k in task_keys}
+        seq = _num(row, "seq_len", where, int, task.get("seq_len") or None)
+        batch = _num(row, "global_batch", where, int, task.get("global_batch") or None)
         tp, pp = _num(row, "tp", where, int, 1), _num(row, "pp", where, int, 1)
         cp, ep = _num(row, "cp", where, int, 1), _num(row, "ep", where, int, 1)
         etp = _num(row, "expert_tp", where, int, 0, minimum=0) if row.get("expert_tp") else 0
