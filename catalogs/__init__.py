@@ -9,14 +9,14 @@ entries of the same name. Every value is parsed with its unit exactly once, here
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
-from tpopt.catalogs.declare import read_entry
+from tpopt.catalogs.declare import read_entry, spec
 from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, PerfKeys, StorageKeys
 from tpopt.catalogs.market import Market, list_price_offers, load_market
 from tpopt.catalogs.tables import (
@@ -32,6 +32,8 @@ from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
 from tpopt.models.units import parse_duration
+
+_R = TypeVar("_R")
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 CATALOG_FILES = ("accelerators.toml", "links.toml", "storage.toml", "models.toml", "performance.toml")
@@ -76,10 +78,11 @@ class Catalog:
                          f"local cache)")
 
     def perf(self, name: str) -> PerfParams:
-        """Performance parameters of an accelerator (performance.toml), or the [default] entry."""
+        """Performance parameters of an accelerator (performance.toml), or the [default] entry's values carried
+        over (:func:`carried_over`)."""
         if name in self.performance:
             return self.performance[name]
-        return self.performance.get("default", PerfParams(name="default"))
+        return carried_over(self.performance.get("default", PerfParams(name="default")))
 
     def storage_tier(self, name: str) -> float:
         try:
@@ -93,9 +96,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return builtin_toml(path, read_text_capped(path, "catalog file"), lambda text: loads_toml(text, str(path)))
 
 
-def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:
+def _merge(dirs: list[Path], origins: dict[tuple[str, str], tuple[Path, bool]] | None = None
+           ) -> dict[str, dict[str, Any]]:
+    """The catalog files of ``dirs`` merged in order; ``origins`` gets, for each entry a directory after the
+    first sets, (its file, whether it replaced an entry of that name whole)."""
     raw: dict[str, dict[str, Any]] = {Path(f).stem: {} for f in CATALOG_FILES}
-    for d in dirs:
+    for i, d in enumerate(dirs):
         if not d.is_dir():
             raise InputError(f"catalog directory {str(d)!r} does not exist")
         for fname in CATALOG_FILES:
@@ -124,8 +130,29 @@ def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:
                             both = isinstance(v2, dict) and isinstance(entry.get(k2), dict)
                             entry[k2] = {**entry[k2], **v2} if both else v2
                     else:
+                        if origins is not None and i:
+                            origins[(stem, key)] = (p, key in raw[stem])
                         raw[stem][key] = value
+                    if origins is not None and i and stem == "performance":
+                        origins[(stem, key)] = (p, False)
     return raw
+
+
+def _entry(origins: dict[tuple[str, str], tuple[Path, bool]], stem: str, name: str,
+           build: Callable[..., _R], *args: Any) -> _R:
+    """``build(*args)`` for one catalog entry; an input error of an entry a ``--catalog`` directory set names
+    that file first, and, where the entry replaced a built-in one whole and misses a required key, says so."""
+    try:
+        return build(*args)
+    except InputError as e:
+        if (stem, name) not in origins:
+            raise
+        path, replaced = origins[(stem, name)]
+        whole = (f" (an entry in {path.name} replaces the built-in {name} whole, every required key with it; "
+                 "only performance.toml overrides field by field, and a price or usable memory of your own "
+                 "goes in the scenario's [hardware] or [cost])") if replaced and "missing required key" in str(e) \
+            else ""
+        raise InputError(f"{path}: {e}{whole}") from None
 
 
 LINK_KEYS = tuple(f.name for f in fields(LinkKeys))
@@ -254,18 +281,18 @@ def model_from_hf_cache(repo_id: str, cache_dir: str | None = None) -> ModelArch
 def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     """The built-in catalog, extended/overridden by each directory in ``extra_dirs`` in order."""
     dirs = [BUILTIN_DIR] + [Path(d) for d in extra_dirs]
-    raw = _merge(dirs)
+    origins: dict[tuple[str, str], tuple[Path, bool]] = {}
+    raw = _merge(dirs, origins)
     links, nics = _build_nics(raw["links"])
     cat = Catalog(links=links, nics=nics, raw=raw)
     for name, t in raw["storage"].items():
-        where = f"storage {name}"
-        check_keys(t, STORAGE_KEYS, where)
-        tier: StorageKeys = read_entry(StorageKeys, t, where)
-        cat.storage[name] = tier.write_bandwidth
+        cat.storage[name] = _entry(origins, "storage", name, _storage_tier, name, t)
     for name, t in raw["accelerators"].items():
-        cat.accelerators[name] = _build_accelerator(name, t, links, nics)
+        acc = _entry(origins, "accelerators", name, _build_accelerator, name, t, links, nics)
+        cat.accelerators[name] = _unsourced_said(acc, t, origins[("accelerators", name)][0]) \
+            if ("accelerators", name) in origins else acc
     for name, t in raw["models"].items():
-        cat.models[name] = build_model(name, t)
+        cat.models[name] = _entry(origins, "models", name, build_model, name, t)
     cat.market = load_market(extra_dirs, set(cat.accelerators))
     cat.market.offers.update(list_price_offers(cat.market, {
         k: (a.price_card_hour, str(raw["accelerators"][k]["price_date"]), a.sources.get("price_card_hour", ""),
@@ -280,8 +307,43 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
             raise InputError(f"performance.toml [{name}]: unknown accelerator {name!r} (a table per accelerator "
                              f"of accelerators.toml, or [default]; known: {', '.join(sorted(cat.accelerators))})")
         if name != "default":
-            cat.performance[name] = _derived_perf(name, perf, cat, default)
+            cat.performance[name] = _entry(origins, "performance", name, _derived_perf, name, perf, cat, default)
     return cat
+
+
+NO_SOURCE = "no source given"
+ACCELERATOR_SOURCED = tuple(f.name for f in fields(AcceleratorKeys) if spec(f).source)
+"""The accelerator keys whose value a source must back (built-in files: tests/test_catalogs.py)."""
+
+
+def _unsourced_said(acc: Accelerator, t: dict[str, Any], path: Path) -> Accelerator:
+    """A card of a user's catalog with a number stated without a source: that source reads ``no source given
+    (FILE)``, so listings, reports and the JSON say so rather than pass the number as sourced (stacks.toml and
+    recipes.toml refuse such an entry; an accelerator is taken, and marked)."""
+    missing = {k: f"{NO_SOURCE} ({path})" for k in ACCELERATOR_SOURCED if k in t and k not in acc.sources}
+    return replace(acc, sources={**acc.sources, **missing}) if missing else acc
+
+
+def unsourced(cat: Catalog) -> dict[str, list[str]]:
+    """The accelerators with numbers no source backs, and those keys (declaration order)."""
+    out = {name: [k for k, v in a.sources.items() if v.startswith(NO_SOURCE)] for name, a in cat.accelerators.items()}
+    return {name: keys for name, keys in out.items() if keys}
+
+
+def _storage_tier(name: str, t: dict[str, Any]) -> float:
+    """One entry of storage.toml: its write bandwidth (bytes/s)."""
+    where = f"storage {name}"
+    check_keys(t, STORAGE_KEYS, where)
+    tier: StorageKeys = read_entry(StorageKeys, t, where)
+    return tier.write_bandwidth
+
+
+def carried_over(default: PerfParams) -> PerfParams:
+    """[default]'s values as a card that does not state them takes them: each source says so,
+    ``carried over from [default] (SOURCE)``. A measurement [default] cites was made on another card (the A100's
+    FlashAttention-2 and nccl-tests figures), so on this card it is a prior, which the reports' footing reads
+    from that wording (tpopt.optimizer.footing.provenance)."""
+    return replace(default, sources={f: f"carried over from [default] ({v})" for f, v in default.sources.items()})
 
 
 def _derived_perf(name: str, perf: dict[str, Any], cat: Catalog, default: PerfParams,
@@ -292,7 +354,7 @@ def _derived_perf(name: str, perf: dict[str, Any], cat: Catalog, default: PerfPa
     t = perf[name]
     base_name = t.get("derived_from") if isinstance(t, dict) else None
     if base_name is None:
-        out = build_perf(name, t, default)
+        out = build_perf(name, t, carried_over(default))
     else:
         if base_name not in perf or base_name == "default" or base_name in seen + (name,):
             raise InputError(f"performance.toml [{name}]: derived_from {base_name!r} must name another card's "

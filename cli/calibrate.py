@@ -64,7 +64,8 @@ def calibrate(measured_step: str | None, runs_csv: str | None, fit_names: str | 
     sc = load_scenario_from(kw)
     if runs_csv:
         raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
-        runs = runs_from_csv(runs_csv, load_catalog(kw.get("catalog_dirs") or ()), base_raw=raw)
+        stated = None if kw.get("scenario_path") else [k for k in ("seq_len", "global_batch") if kw.get(k)]
+        runs = runs_from_csv(runs_csv, load_catalog(kw.get("catalog_dirs") or ()), base_raw=raw, task_keys=stated)
     else:
         if kw.get("cards") is None:
             raise InputError("--measured-step needs the plan that ran: give at least --cards")

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from tpopt.catalogs import Catalog, load_catalog
+from tpopt.catalogs import Catalog, load_catalog, unsourced
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.cli.market import import_skypilot, list_offers
 from tpopt.cli.render import console_text, fit_lines, output_width, width_groups
@@ -136,7 +136,8 @@ def catalog(kind: str, catalog_dirs: tuple[str, ...], show_sources: bool, as_jso
         if not skypilot or not date:
             raise InputError("catalog import needs --skypilot vms.csv and --date YYYY-MM[-DD]")
         return import_skypilot(catalog_dirs, skypilot, provider, date, available, names, zone_price)
-    rows = catalog_rows(load_catalog(catalog_dirs), kind)
+    cat = load_catalog(catalog_dirs)
+    rows = catalog_rows(cat, kind)
     if as_json:
         click.echo(dump_json(rows), nl=False)
         return
@@ -150,7 +151,13 @@ def catalog(kind: str, catalog_dirs: tuple[str, ...], show_sources: bool, as_jso
         title = f"{kind} ({len(rows)})" if part == 0 else f"{kind}, continued"
         tables += ([""] if part else []) + [_table(title, [cols[i] for i in idx], [[r[i] for i in idx] for r in cells])]
     click.echo(console_text(*tables), nl=False)
-    click.echo(fit_lines(f"Every number has a source: tpopt catalog {kind} --sources (or --json)."))
+    missing = unsourced(cat) if kind == "accelerators" else {}
+    if missing:
+        said = "; ".join(f"{name} {', '.join(keys)}" for name, keys in missing.items())
+        click.echo(fit_lines(f"No source for {said}: add them to [NAME.sources] of your catalog "
+                             f"(tpopt catalog {kind} --sources lists every number's)."))
+    else:
+        click.echo(fit_lines(f"Every number has a source: tpopt catalog {kind} --sources (or --json)."))
 
 
 def _table(title: str, cols: list[str], cells: list[list[str]]) -> Table:

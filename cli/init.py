@@ -100,8 +100,11 @@ weight_sync = ["sharded", "broadcast"]
 @click.option("--rl", "rl", is_flag=True,
               help="An RL post-training scenario for tpopt rl (GRPO loop; default hardware h100-sxm).")
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
+@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Extra catalog directory (repeatable): --model and --hw may name its entries.")
 @handle_errors
-def init(path: str, model: str | None, hw: str | None, flat: bool, rl: bool, force: bool) -> None:
+def init(path: str, model: str | None, hw: str | None, flat: bool, rl: bool, force: bool,
+         catalog_dirs: tuple[str, ...]) -> None:
     """Write a commented scenario file to start from (default: scenario.toml).
 
     The file runs the per-operation step-time model (kernels from catalogs/performance.toml); --flat writes
@@ -115,7 +118,7 @@ def init(path: str, model: str | None, hw: str | None, flat: bool, rl: bool, for
     """
 
 
-    cat = load_catalog()
+    cat = load_catalog(catalog_dirs)
     entry = model_entry(model, cat) if model is not None else {"name": DESIGN_MODEL}
     config = entry.get("config")
     names = hardware_names(hw, ("h100-sxm",) if rl else DESIGN_HW, cat)
@@ -142,4 +145,5 @@ def init(path: str, model: str | None, hw: str | None, flat: bool, rl: bool, for
     write_atomic(target, text, "tpopt init")
     said = "" if rl else (" (the flat step-time model: efficiency = 0.40 stated for every card)" if flat else
                           " (the per-operation step-time model: no efficiency line; --flat writes the flat one)")
-    click.echo(f"wrote {path}{said}: edit it, then run: tpopt {'rl' if rl else 'solve'} --scenario {path}")
+    dirs = "".join(f" --catalog {d}" for d in catalog_dirs)
+    click.echo(f"wrote {path}{said}: edit it, then run: tpopt {'rl' if rl else 'solve'} --scenario {path}{dirs}")

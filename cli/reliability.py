@@ -491,8 +491,8 @@ def checkpoint(cards: str | None, params: str | None, model: str | None, bytes_p
         click.echo(dump_json(rep), nl=False)
     else:
         if ev is not None:
-            click.echo(_plan_note(ev, how, sc))
-        click.echo(_checkpoint_text(rep, source))
+            click.echo(fit_lines(_plan_note(ev, how, sc)))
+        click.echo(fit_lines(_checkpoint_text(rep, source)))
         if plot:
             click.echo(f"plot written to {plot}")
 

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.recipes import Recipe, find_recipe
@@ -60,6 +60,7 @@ from tpopt.models.plan import Plan, Scenario, schedule_name
 from tpopt.models.units import GIB
 from tpopt.optimizer.calibrate import MeasuredRun
 
+_R = TypeVar("_R")
 DEFAULT_ACCELERATOR = "a100-80gb-sxm"
 DEFAULT_TABLE_STACK = "megatron-lm-2021"  # a table without a ``# stack = NAME`` line
 STACK = {"precision": "fp16-mixed-fp32-grad", "dropout": True, "flash_attention": False, "sequence_parallel": False,
@@ -365,10 +366,19 @@ def _model_table(row: dict[str, str], where: str) -> dict[str, Any] | None:
     return {"_inline": t}
 
 
+def _in_run(where: str, call: Callable[..., _R], *args: Any) -> _R:
+    """``call(*args)``, an input error it raises named by the run it reads (``FILE: run NAME: ...``), as the
+    table's own cell errors are: an unknown model or card of one row among many."""
+    try:
+        return call(*args)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
 def _accelerator(row: dict[str, str], cat: Catalog, base_raw: dict[str, Any] | None, where: str) -> str:
     if row.get("accelerator"):
         name = row["accelerator"].strip()
-        cat.accelerator(name)
+        _in_run(where, cat.accelerator, name)
         return name
     tf, pct = row.get("measured_tflops_per_gpu"), row.get("measured_pct_of_peak")
     if tf and pct:
@@ -418,8 +428,11 @@ def _candidates(layers: int, pp: int, per_replica: int, mb: int, vs: int | None,
 
 
 def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: dict[str, Any] | None = None,
-                  accelerator: str | None = None, schedules: str = "default") -> list[MeasuredRun]:
-    """Measured runs of a CSV file (module docstring); ``base_raw`` is a scenario's raw tables."""
+                  accelerator: str | None = None, schedules: str = "default",
+                  task_keys: Sequence[str] | None = None) -> list[MeasuredRun]:
+    """Measured runs of a CSV file (module docstring); ``base_raw`` is a scenario's raw tables. ``task_keys``:
+    the ``[task]`` keys (``seq_len``, ``global_batch``) ``base_raw`` may supply to a row without that column
+    (None: every key, a scenario the user gave; the built-in one states none, so the column is required)."""
     cat = catalog or load_catalog()
     table = Path(path).stem
     stated_stack = stated_table_stack(path)
@@ -442,10 +455,11 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
             arch = ModelArch(name=name, source=f"{Path(path).name}, run {name}", **model["_inline"])
             raw["model"] = {"name": "(inline)"}
         elif model:
+            _in_run(where, cat.model, model["name"])
             raw["model"] = model
         noted = _note_settings(row, notes)
         if "accelerator" in noted and not accelerator:
-            cat.accelerator(noted["accelerator"])
+            _in_run(where, cat.accelerator, noted["accelerator"])
         acc = accelerator or noted.get("accelerator") or _accelerator(row, cat, base_raw, where)
         stack, how = run_stack(row, name, stated_stack, run_stacks, base_raw, where)
         defaults = _stack_defaults(base_raw, stack)
@@ -456,8 +470,9 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         stated.update(run_comm.get(name, {}))  # the table's [comm] statement for this run
         if "precision" in stated:
             stated["precision"] = PRECISIONS.get(stated["precision"], stated["precision"])
-        seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
-        batch = _num(row, "global_batch", where, int, raw.get("task", {}).get("global_batch") or None)
+        task = {k: v for k, v in raw.get("task", {}).items() if task_keys is None or k in task_keys}
+        seq = _num(row, "seq_len", where, int, task.get("seq_len") or None)
+        batch = _num(row, "global_batch", where, int, task.get("global_batch") or None)
         tp, pp = _num(row, "tp", where, int, 1), _num(row, "pp", where, int, 1)
         cp, ep = _num(row, "cp", where, int, 1), _num(row, "ep", where, int, 1)
         etp = _num(row, "expert_tp", where, int, 0, minimum=0) if row.get("expert_tp") else 0

@@ -234,3 +234,51 @@ def test_the_override_writes_durations_with_units_that_read_back_the_same(fitted
 
     assert [fmt_duration_exact(x) for x in (33.4e-6, 2.31e-3, 12.0, 0.0, 20e-6, 120.0)] == \
         ["33.4us", "2.31ms", "12s", "0us", "20us", "120s"]
+
+
+RUNS = ("# stack = megatron-core\n"
+        "run,model,accelerator,seq_len,global_batch,tp,pp,dp,micro_batch,recompute,zero_stage,iteration_s\n"
+        "r1,qwen3-0.6b,h100-sxm,4096,512,1,1,8,1,none,1,2.0\n"
+        "r2,{model},{acc},4096,512,2,1,4,2,none,1,2.0\n")
+
+
+@pytest.mark.parametrize("model, acc, said", [
+    ("qwen3-06b", "h100-sxm", "unknown model 'qwen3-06b'"),
+    ("qwen3-0.6b", "h100-sxn", "unknown accelerator 'h100-sxn'"),
+])
+def test_a_runs_table_naming_an_unknown_model_or_card_names_the_file_and_the_run(tmp_path, model, acc, said):
+    """A bad CSV is one line naming where it is wrong, as every other cell error of the table is
+    ("runs.csv: run r2: iteration_s = '-1' must be ..."): an unknown model or accelerator in row r2 said the
+    name alone, not which file or run, and a table of dozens of runs left the user to search."""
+    from click.testing import CliRunner
+
+    from tpopt.cli.main import cli
+
+    path = tmp_path / "runs.csv"
+    path.write_text(RUNS.format(model=model, acc=acc))
+    out = tmp_path / "tuned"
+    r = CliRunner().invoke(cli, ["calibrate", "--runs", str(path), "--out", str(out)])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and not out.exists(), r.output
+    assert lines[0].startswith(f"tpopt: error: runs.csv: run r2: {said}")
+
+
+def test_a_runs_table_without_seq_len_is_refused_on_the_built_in_scenario(tmp_path):
+    """Without --scenario, calibrate reads the runs on the built-in design case; a table that leaves out
+    seq_len took the design case's 8,192 tokens silently (4,096-token runs then fit as if twice as long: the
+    fit hit attention_efficiency's ceiling with a message about the measured times). A column missing with no
+    scenario of the user's to take it from is the one-line 'missing column' error; --seq-len states it."""
+    from click.testing import CliRunner
+
+    from tpopt.cli.main import cli
+
+    path = tmp_path / "runs.csv"
+    path.write_text("# stack = megatron-core\nrun,model,accelerator,global_batch,tp,pp,dp,micro_batch,recompute,"
+                    "zero_stage,iteration_s\nr1,qwen3-0.6b,h100-sxm,512,1,1,8,1,none,1,4.0\n")
+    out = tmp_path / "tuned"
+    r = CliRunner().invoke(cli, ["calibrate", "--runs", str(path), "--out", str(out)])
+    assert r.exit_code == 2 and not out.exists(), r.output
+    assert r.output.strip() == "tpopt: error: runs.csv: run r1: missing column 'seq_len'"
+    r = CliRunner().invoke(cli, ["calibrate", "--runs", str(path), "--out", str(out), "--seq-len", "4096", "--json"])
+    assert r.exit_code == 0, r.output
+    assert out.exists()

@@ -98,6 +98,33 @@ def test_bad_catalog_files_exit_2(tmp_path, fname, text, fragment):
     assert_one_line_exit_2(r, fragment)
 
 
+
+@pytest.mark.parametrize("fname,text,fragment", [
+    ("accelerators.toml", "[my-card]\npeak_bf16 = \"1TFLOP/s\"\nmemory = \"8GB\"\nhost_link = \"pcie4-x16\"\n"
+                          "cards_per_host = 8\n", "accelerator my-card: missing required key 'nic'"),
+    ("models.toml", "[m]\nlayers = 2\nhidden = \"8\"\nheads = 2\nffn = 8\nvocab = 8\n", "model m hidden"),
+    ("storage.toml", "[fast]\nwrite_bandwidth = 5\n", "storage fast write_bandwidth"),
+    ("performance.toml", "[h100-sxm]\nkernel_overhead = 1e-5\n", "performance h100-sxm kernel_overhead"),
+])
+def test_a_bad_entry_of_a_user_catalog_names_its_file(tmp_path, fname, text, fragment):
+    """One line naming the file, the entry and the key: with several --catalog directories (a card in one, a
+    calibrated performance.toml in another) the entry's name alone does not say which file to fix."""
+    (tmp_path / fname).write_text(text)
+    r = run(["catalog", "models", "--catalog", str(tmp_path)])
+    assert_one_line_exit_2(r, f"{tmp_path / fname}: {fragment}")
+
+
+def test_a_user_entry_that_replaces_a_built_in_card_says_so_when_a_key_is_missing(tmp_path):
+    """docs/catalogs.md: a --catalog entry replaces the built-in of the same name (performance.toml alone
+    overrides field by field). A user who writes only the key to change is told that, and where a price
+    override goes, rather than only which required key is missing."""
+    (tmp_path / "accelerators.toml").write_text('[h100-sxm]\nprice_card_hour = 1.99\n[h100-sxm.sources]\n'
+                                                'price_card_hour = "my contract"\n')
+    r = run(["catalog", "accelerators", "--catalog", str(tmp_path)])
+    assert_one_line_exit_2(r, f"{tmp_path / 'accelerators.toml'}: accelerator h100-sxm: missing required key")
+    assert "replaces the built-in h100-sxm whole" in r.stderr
+
+
 # ------------------------------------------------------------------------------- Hugging Face cache
 
 @pytest.fixture
@@ -206,3 +233,21 @@ def test_a_user_card_scaled_by_a_fitted_card(tmp_path):
     b200 = cat.raw["performance"]["b200"]
     assert cat.perf("h200").gemm_efficiency == pytest.approx(0.5 * b200["gemm_efficiency"]
                                                              / b200["calibration"]["prior"][0])
+
+
+def test_a_user_card_with_an_unsourced_number_is_not_said_to_be_sourced(tmp_path):
+    """`tpopt catalog accelerators` ends with "Every number has a source"; the built-in files are held to it by
+    tests, a user's accelerators.toml is not refused for a number without one (stacks.toml and recipes.toml
+    entries are). So the listing says which numbers have none, --sources and the JSON mark each one, and the
+    sentence is printed only when it is true."""
+    (tmp_path / "accelerators.toml").write_text(
+        '[my-card]\npeak_bf16 = "835TFLOP/s"\nmemory = "94GB"\nhbm_bandwidth = "3900GB/s"\nhost_link = "pcie5-x16"\n'
+        'cards_per_host = 8\nnic = "400g"\n[my-card.sources]\nmemory = "my datasheet"\nhost_link = "my datasheet"\n'
+        'cards_per_host = "my server"\nnic = "my server"\n')
+    r = run(["catalog", "accelerators", "--catalog", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "Every number has a source" not in r.stdout
+    assert "No source for my-card peak_bf16, hbm_bandwidth" in " ".join(r.stdout.split())
+    listed = run(["catalog", "accelerators", "--catalog", str(tmp_path), "--sources"]).stdout
+    assert f"peak_bf16: no source given ({tmp_path / 'accelerators.toml'})" in " ".join(listed.split())
+    assert "Every number has a source" in run(["catalog", "accelerators"]).stdout  # the built-in catalog: true

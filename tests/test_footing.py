@@ -196,3 +196,62 @@ def test_a_moe_plan_states_the_fitted_grouped_gemm_factor(tmp_path):
     flat_moe = json.loads(run("evaluate", "--scenario", ROOT / "examples" / "qwen3-30b-a3b.toml", "--hw", "h100-sxm",
                               "--cards", "64", "--zero", "1", "--ep", "8", "--json"))
     assert not [s for s in flat_moe["footing"]["stated"] if s["input"] == "grouped expert GEMM"]
+
+
+CUSTOM_CARD = """[nvl-custom]
+peak_bf16 = "835TFLOP/s"
+memory = "94GB"
+usable_memory = "87GiB"
+hbm_bandwidth = "3900GB/s"
+host_link = "pcie5-x16"
+cards_per_host = 8
+nic = "400g"
+nics_per_host = 2
+price_card_hour = 2.5
+price_date = "2026-10"
+[nvl-custom.sources]
+peak_bf16 = "my datasheet"
+memory = "my datasheet"
+usable_memory = "my datasheet"
+hbm_bandwidth = "my datasheet"
+host_link = "my datasheet"
+cards_per_host = "my server"
+nic = "my server"
+nics_per_host = "my server"
+price_card_hour = "my quote"
+"""
+
+
+@pytest.mark.parametrize("own_entry", [True, False])
+def test_a_value_a_card_takes_from_default_is_a_prior_not_a_measurement(tmp_path, own_entry):
+    """performance.toml's [default] cites measurements made on other cards (FlashAttention-2 on the A100,
+    nccl-tests on a DGX A100's NVLink 3). A card that takes a value from [default] -- a user's new card with a
+    partial entry, or none -- was never measured: the value is carried over, which docs/catalogs.md's footing
+    calls a prior ("an assumption or a value carried over"); only the values the card's own entry states keep
+    their provenance."""
+    (tmp_path / "accelerators.toml").write_text(CUSTOM_CARD)
+    if own_entry:
+        (tmp_path / "performance.toml").write_text(
+            '[nvl-custom]\ngemm_efficiency = 0.7\n[nvl-custom.sources]\n'
+            'gemm_efficiency = "nccl-free matmul benchmark on my card"\n')
+    d = json.loads(run("evaluate", "--catalog", tmp_path, "--hw", "nvl-custom", "--cards", "8", "--model",
+                       "qwen3-0.6b", "--tokens", "1B", "--seq-len", "4096", "--global-batch", "64",
+                       "--deadline", "30d", "--json"))
+    prov = {q["name"]: (q["provenance"], q["source"]) for q in d["footing"]["parameters"]}
+    # [default]'s attention (Dao 2023 on the A100) and scale-up (nccl-tests on DGX A100) are measurements there
+    assert prov["attention_efficiency"][0] == "prior" and "[default]" in prov["attention_efficiency"][1]
+    assert prov["tp_efficiency"][0] == "prior" and "[default]" in prov["tp_efficiency"][1]
+    assert prov["gemm_efficiency"][0] == ("measured" if own_entry else "prior")
+    text = run("evaluate", "--catalog", tmp_path, "--hw", "nvl-custom", "--cards", "8", "--model", "qwen3-0.6b",
+               "--tokens", "1B", "--seq-len", "4096", "--global-batch", "64", "--deadline", "30d")
+    params = text.split("parameters: ")[1].split("price:")[0]
+    assert ("measured GEMM 0.7;" in params) if own_entry else ("measured" not in params)
+
+
+def test_the_default_entry_itself_keeps_its_sources():
+    from tpopt.catalogs import load_catalog
+    from tpopt.optimizer.footing import provenance
+
+    cat = load_catalog()
+    assert provenance(cat.performance["default"].sources["tp_efficiency"]) == "measured"
+    assert provenance(cat.perf("gaudi3").sources["tp_efficiency"]) == "prior"  # no entry of its own

@@ -54,7 +54,7 @@ def test_cards_without_a_measurement_default_to_the_fp8_rate():
     """No published block-scaled figure for the card: [default]'s 1, stated as an assumption."""
     perf = CAT.perf("mi355x")
     assert perf.mxfp8_gemm_ratio == 1.0
-    assert perf.sources["mxfp8_gemm_ratio"].startswith("assumption")
+    assert perf.sources["mxfp8_gemm_ratio"].startswith("carried over from [default] (assumption")
     assert rates(scenario("mi355x", "mxfp8-mixed"), "mi355x").linear_ratio == perf.fp8_gemm_ratio
 
 

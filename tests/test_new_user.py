@@ -96,6 +96,33 @@ def test_init_for_another_model_and_hardware(tmp_path):
     assert r.exit_code == 2 and not bad.exists()
 
 
+def test_init_reads_a_user_catalog_for_its_model_and_hardware(tmp_path):
+    """docs/catalogs.md: entries of a --catalog DIR are used like built-ins; a user who added a card and a model
+    there starts a scenario for them with tpopt init like any other (before, init read the built-in catalog only
+    and refused both as unknown), and the command it suggests carries the directory."""
+    cat = tmp_path / "mine"
+    cat.mkdir()
+    (cat / "models.toml").write_text('[tiny-1b]\nlayers = 16\nhidden = 2048\nheads = 32\nkv_heads = 8\n'
+                                     'head_dim = 64\nffn = 8192\nvocab = 128256\ntied_embeddings = true\n'
+                                     'source = "Llama 3.2 1B shape"\n')
+    (cat / "accelerators.toml").write_text(
+        '[my-card]\npeak_bf16 = "835TFLOP/s"\nmemory = "94GB"\nhbm_bandwidth = "3900GB/s"\n'
+        'host_link = "pcie5-x16"\ncards_per_host = 8\nnic = "400g"\nprice_card_hour = 2.5\n'
+        'price_date = "2026-10"\n[my-card.sources]\npeak_bf16 = "a"\nmemory = "a"\nhbm_bandwidth = "a"\n'
+        'host_link = "a"\ncards_per_host = "a"\nnic = "a"\nprice_card_hour = "a"\n')
+    path = tmp_path / "mine.toml"
+    r = run("init", str(path), "--model", "tiny-1b", "--hw", "my-card", "--catalog", str(cat))
+    assert r.exit_code == 0, r.output
+    assert f"tpopt solve --scenario {path} --catalog {cat}" in r.output
+    raw = tomllib.loads(path.read_text())
+    assert raw["model"]["name"] == "tiny-1b" and raw["hardware"]["accelerator"] in ("my-card", ["my-card"])
+    d = json.loads(run("evaluate", "--scenario", str(path), "--catalog", str(cat), "--cards", "8", "--json").output)
+    assert d["plan"]["accelerator"] == "my-card"
+    bad = tmp_path / "bad.toml"  # without the directory: the one-line unknown-model error, nothing written
+    r = runner_err().invoke(cli, ["init", str(bad), "--model", "tiny-1b", "--hw", "my-card"])
+    assert r.exit_code == 2 and "unknown model 'tiny-1b'" in r.stderr and not bad.exists()
+
+
 def test_python_dash_m():
     p = subprocess.run([sys.executable, "-m", "tpopt", "--help"], capture_output=True, text=True,
                        cwd=ROOT.parent if (ROOT.parent / "tpopt").exists() else None)

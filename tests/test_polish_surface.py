@@ -124,11 +124,13 @@ def test_shipped_calibration_priors_give_durations_their_unit_and_bare_seconds_s
      "--models", "qwen3", "--tokens", "100B:25.6T:9"],
     ["solve", "--scenario", "examples/pools-h100-a100.toml"],
     ["stragglers", "--cards", "48", "--sigma", "5%"],
-], ids=["inverse", "pools", "stragglers"])
+    ["checkpoint"],
+], ids=["inverse", "pools", "stragglers", "checkpoint"])
 def test_tables_fit_a_narrow_terminal(argv):
     """At COLUMNS=80 inverse's candidates table (its notes: 133 columns), the pools' per-pool rows (up to 238) and
     stragglers' responses (124) ran past the terminal; every line now fits, no word cut (each table's cells still
-    printed whole: the pruned notes' words, the pools' figures)."""
+    printed whole: the pruned notes' words, the pools' figures). So do checkpoint's plan and size lines on the
+    built-in scenario (209 and 107 columns)."""
     from click.testing import CliRunner
 
     from tpopt.cli.main import cli
@@ -142,5 +144,6 @@ def test_tables_fit_a_narrow_terminal(argv):
     kind = "pools" if argv[0] == "solve" else argv[0]
     for words in {"inverse": ["pruned: cannot beat qwen3-14b: loss >= 2.1844 even at 2.56e+13 tokens"],
                   "pools": ["36.2/74.0 GiB 0 USD", "37.7/74.0 GiB 441,063 USD"],
-                  "stragglers": ["evict - one-off 1020.0 s", "beats waiting after 504 slow steps"]}[kind]:
+                  "stragglers": ["evict - one-off 1020.0 s", "beats waiting after 504 slow steps"],
+                  "checkpoint": ["8,190,735,360 params x 14 B", "save every 1,800 s (sync)"]}[kind]:
         assert words in wide and words in flat, words
