@@ -254,12 +254,16 @@ def usable_source(sc: Scenario, accelerator: str) -> str:
             f"allocator reserve {st.allocator_reserve:.0%} = {acc.memory_usable / GIB:.1f} GiB (catalogs/stacks.toml)")
 
 
-def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | None) -> list[dict[str, Any]]:
+def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | None,
+                  job_cards: int | None = None) -> list[dict[str, Any]]:
     """The stated inputs that move the plan (module docstring), each ``{"input", "stated", "modelled"}`` (texts;
-    ``modelled`` None where the model computes no figure of its own) with the numbers behind them."""
+    ``modelled`` None where the model computes no figure of its own) with the numbers behind them. ``job_cards``:
+    the cards of the whole job the plan is one part of (an RL job's learner), on which its failures and reserved
+    time are counted and billed (``metrics`` then hold the job's overheads and finish); None: the plan's."""
     m = metrics or {}
     acc = sc.system(plan["accelerator"]).acc
     cards = int(plan["cards"])
+    billed = cards if job_cards is None else int(job_cards)
     out: list[dict[str, Any]] = []
     reserve = sc.memory.activation_reserve
     if reserve is not None:
@@ -291,7 +295,7 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     if rel.card_mtbf_s is not None:
         share = m.get("overhead_redo", 0.0) + m.get("overhead_restart", 0.0) - (lost or {}).get("overhead", 0.0)
         out.append({"input": "card MTBF", "stated": f"{rel.card_mtbf_s / DAY:,.0f} d ({share * 100:.1f} % of the "
-                    f"training time lost to failures on {cards:,} cards)", "modelled": None,
+                    f"training time lost to failures on {billed:,} cards)", "modelled": None,
                     "card_mtbf_days": rel.card_mtbf_s / DAY, "failure_overhead": share})
     if m.get("checkpoint_write_s") is not None:
         gb, write_s = float(m.get("checkpoint_gb", 0.0)), float(m["checkpoint_write_s"])
@@ -342,7 +346,7 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     finish = m.get("finish_days")
     if sc.task.reserved_s > 0 and finish:
         share = sc.task.reserved_s / DAY / float(finish)
-        out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {cards:,} "
+        out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {billed:,} "
                     f"cards ({share * 100:.1f} % of the cost)", "modelled": None, "reserved_share": share})
     return out
 
@@ -434,11 +438,11 @@ def modelled_activations(sc: Scenario, best: Any, solver: Any, req: Any) -> dict
 
 
 def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | None = None,
-            metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+            metrics: dict[str, Any] | None = None, job_cards: int | None = None) -> dict[str, Any]:
     """The footing of one plan (module docstring) as a JSON-ready dict; ``memory`` the plan's peak per card
     (bytes), for the memory margin of :func:`evidence`, else the peak ``metrics`` give (``memory_per_card_gib``,
     as every evaluation writes it); ``metrics`` the plan's metrics, for the stated inputs (none without them: a
-    sweep row's cells do not show them)."""
+    sweep row's cells do not show them); ``job_cards``: :func:`stated_inputs`'."""
     if memory is None and metrics is not None and metrics.get("memory_per_card_gib") is not None:
         memory = float(metrics["memory_per_card_gib"]) * GIB
     sysm = sc.system(plan["accelerator"])
@@ -462,7 +466,7 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | N
     return {**model, "mfu": value, "mfu_convention": MFU_CONVENTION.format(peak=peak_name),
             "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": plan_price(sc, plan),
             "evidence": evidence(sc, plan, step_s, memory),
-            "stated": [] if metrics is None else stated_inputs(sc, plan, metrics)}
+            "stated": [] if metrics is None else stated_inputs(sc, plan, metrics, job_cards)}
 
 
 def of_evaluation(sc: Scenario, d: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from collections.abc import Collection
 from typing import Any, cast
 
 from tpopt.models import families as F
+from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer import footing
 from tpopt.optimizer.result import Status
@@ -131,8 +132,12 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
         learner.update(save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
     out["plan"] = dict(summary(ev), learner=learner, save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
     if lp is not None:  # what the learner's figures stand on (the rollout's decode model is in "assumptions")
-        out["footing"] = dict(footing.footing(pb.sc, lp.plan_dict(), lp.metrics["step_s"], metrics=lp.metrics),
-                              of="learner")
+        save, redo, restart = (float(x) for x in T.overhead_parts(pb.sc, m["save_mode"], m["cards"],
+                                                                   m["save_interval_s"]))
+        job = dict(lp.metrics, overhead_save=save, overhead_redo=redo, overhead_restart=restart,
+                   finish_days=m["finish_s"] / DAY)  # the job saves, fails and is billed on all its cards
+        out["footing"] = dict(footing.footing(pb.sc, lp.plan_dict(), lp.metrics["step_s"], metrics=job,
+                                              job_cards=m["cards"]), of="learner")
     out["stages"] = {
         "samples_per_step": m["samples_per_step"], "kept": m["kept"], "steps": m["steps"],
         "generation": {"time_s": ro["generate_s"], "prefill_s": ro["prefill_s"],
