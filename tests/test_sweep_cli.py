@@ -180,6 +180,7 @@ def assert_one_line_error(code, out, err, needle):
     (["--deadline", "10d:20d:0d"], "step must be positive"),
     (["--efficiency", "30%:150%:10%"], "efficiency"),
     (["--hw", "rtx4090,tpu-v9"], "unknown accelerator 'tpu-v9'"),
+    (["--hw", "all"], "'all', every card with a market offer, is tpopt solve's"),
     (["--max-cards", "8:64"], "not a range"),
     (["--workers", "0"], "--workers"),
     (["--plot", "x.eps"], "must end in .pdf, .svg, .png"),

@@ -255,6 +255,10 @@ def build_spec(scenario_path: str | Path | dict[str, Any], cli: dict[str, Any] |
                          "or sweep without the [market] table")
     hw_value, hw_what = source("hw")
     hw = parse_names(hw_value, cast(str, hw_what)) if hw_value is not None else tuple(base0.search.accelerators)
+    if "all" in hw:  # the offer market ('all': every card with an offer) is solve's question, not a sweep's
+        raise InputError(f"{hw_what}: tpopt sweep takes card names (each swept on its own); 'all', every card with "
+                         "a market offer, is tpopt solve's and explain's (one exact sub-problem per offer): name the "
+                         "cards, e.g. --hw h100-sxm,b200")
     for name in hw:
         catalog.accelerator(name)  # unknown name -> one clear error
     base = build_scenario(with_overrides(with_overrides(raw, {"hardware.accelerator": list(hw),
