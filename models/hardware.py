@@ -54,8 +54,9 @@ class Accelerator:
     # who states it, "catalog" or "scenario" (tpopt.optimizer.footing.usable_source prints the derivation)
     memory_usable_stated: float | None = field(default=None, compare=False, hash=False, repr=False)
     usable_stated_by: str = field(default="catalog", compare=False, hash=False, repr=False)
-    # the card's maker (catalogs/accelerators.toml vendor): which vendor-only software runs on it; it moves no
-    # figure of a plan, so it stays out of comparisons and of a run's fingerprint (the repr)
+    # the card's maker (catalogs/accelerators.toml vendor): which vendor-only software runs on it; it moves a
+    # plan's figures only through the scenario's MoeOptions.card_dispatchers (compared and in the fingerprint
+    # there), so it stays out of the card's comparisons and repr
     vendor: str = field(default="NVIDIA", compare=False, hash=False, repr=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
