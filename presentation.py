@@ -776,7 +776,8 @@ def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
 
 def pick_misses_lines(entry: dict[str, Any]) -> list[str]:
     """The market's pick run all on spot where the spot terms say it misses the confidence
-    (tpopt.optimizer.spot_policy.pick_misses): its finish-time distribution takes spot capacity as always there."""
+    (tpopt.optimizer.spot_policy.pick_misses): the policy's model of the run (the rate's uncertainty too) is
+    stricter than the finish-time law the pick met."""
     m = entry.get("pick_misses")
     if not m:
         return []
@@ -784,9 +785,9 @@ def pick_misses_lines(entry: dict[str, Any]) -> list[str]:
     p = m["policy"]
     run = (f"the pair's policy meets it: {p['policy']}, expected {p['expected_cost']:,.0f} USD, P(on time) "
            f"{p['p_on_time']:.1%}" if m["policy_meets"] else "no way to run the pair meets it")
-    return [f"Caveat: the plan runs all on spot ({m['offer']}); its finish-time distribution takes spot capacity as "
-            f"always there. With capacity on {m['availability_per_day']:.0%} of days (its spot terms) all spot "
-            f"reaches P(on time) {m['all_spot_p_on_time']:.1%} (mean finish {m['all_spot_mean_finish_days']:.2f} d), "
+    return [f"Caveat: the plan runs all on spot ({m['offer']}); the spot policy's model of that run (capacity on "
+            f"{m['availability_per_day']:.0%} of days, the preemption rate uncertain, reserved days included) "
+            f"gives P(on time) {m['all_spot_p_on_time']:.1%} (mean finish {m['all_spot_mean_finish_days']:.2f} d), "
             f"below the {level_text(e['confidence'])} asked; {run}"]
 
 

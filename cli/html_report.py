@@ -240,7 +240,7 @@ def distribution_html(d: dict[str, Any], lines: Sequence[str]) -> str:
         m = metrics_of(d)
         return (f"<p>No confidence asked: the finish is the expected {num(m.get('finish_days'), 2)} d. Give "
                 "<code>--confidence 90%</code> for the distribution (the step-time model's stated sigma and the "
-                "failure, fail-slow and preemption sources).</p>")
+                "failure, fail-slow, preemption and spot-capacity sources).</p>")
     f, c = e["finish_days"], e["cost"]
     unit = metrics_of(d).get("cost_unit", "USD")
     rows = [(f"P{k[1:]}", num(f[k], 2), num(c[k])) for k in ("p50", "p90", "p99")]

@@ -76,7 +76,8 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
     deadline = F.limit(F.DEADLINE, sc) / DAY
     lines.append(f"P(finish <= deadline {deadline:.1f} d): analytic {100 * p['analytic']:.2f} %, "
                  f"simulated {100 * p['simulated']:.2f} %")
-    lines.append(f"events per run (failures, rollbacks, fail-slow, preemptions): {out['events_per_run']:.1f}")
+    lines.append("events per run (failures, rollbacks, fail-slow, preemptions, days without spot capacity): "
+                 f"{out['events_per_run']:.1f}")
     click.echo("\n".join(lines))
 
 

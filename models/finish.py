@@ -121,6 +121,7 @@ class Risk:
     slow_duration_s: float = SLOW_DURATION_S
     preempt_rate_per_card_s: float = 0.0
     reacquire_s: float = 0.0
+    spot_availability: float = 1.0  # P(spot capacity obtainable on a day); 1: always (off the spot market)
     evidence: Evidence | None = None  # the uncertainty table (catalogs/uncertainty.toml); None: the catalog sigmas
 
     def __post_init__(self) -> None:
@@ -128,6 +129,8 @@ class Risk:
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise InputError(f"risk.{name} must be a finite number >= 0, got {v!r}")
+        if not 0.0 < self.spot_availability <= 1.0:
+            raise InputError(f"spot availability must lie in (0, 1], got {self.spot_availability!r}")
         if self.step_sigma is not None and (not math.isfinite(self.step_sigma) or self.step_sigma < 0):
             raise InputError(f"risk.step_sigma must be a finite number >= 0, got {self.step_sigma!r}")
         if not math.isfinite(self.slow_factor) or self.slow_factor < 1:
@@ -195,6 +198,12 @@ SOURCES = (
            lambda x: x.cards * x.risk.preempt_rate_per_card_s,
            lambda x: x.risk.reacquire_s + x.restore + x.lag, lambda x: x.tau,
            "Poisson in cards x time; each: reacquire + restart + work since the last save"),
+    Source("capacity", "days without spot capacity",
+           lambda x: (1.0 - x.risk.spot_availability) / DAY,
+           lambda x: DAY / x.risk.spot_availability, lambda x: 0.0,
+           "spot capacity on a day with probability a (independent days: waits of mean (1 - a) / a and variance "
+           "(1 - a) / a^2 days per day of work); as (1 - a) events per day of work of a day / a each, the same "
+           "mean and variance"),
 )
 STEP_ERROR = "step-time model"
 SOURCE_NAMES = (STEP_ERROR,) + tuple(s.name for s in SOURCES)

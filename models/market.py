@@ -157,6 +157,7 @@ class MarketOptions:
     # the offer a plan runs on (set per offer by the market solve; 0 off the spot market):
     preempt_per_card_s: float = 0.0  # spot preemptions per card-second
     reacquire_s: float = 0.0  # after a preemption: time to get the cards back, on top of the restore
+    spot_availability: float = 1.0  # P(spot capacity obtainable on a day) (spot_availability; 1: always)
     site_power_w: float | None = None  # the site power cap (power.site, W); None: no cap
     checkpoint_copies: int = 2  # checkpoints kept in the region's storage (the latest and the one before it)
     checkpoint_egress: int = 0  # checkpoints copied out of the region over the run (0: they stay)
@@ -244,6 +245,20 @@ def preemption_rate(offer: Offer) -> float:
     if offer.parts:
         return sum(share * preemption_rate(o) for o, share in offer.parts)
     return offer.preempt_per_card_hour / HOUR if offer.market == SPOT else 0.0
+
+
+def spot_availability(offer: Offer) -> float:
+    """P(the offer's capacity is obtainable on a day): 1 off the spot market; on a spot offer its own
+    ``availability``, else the stated default of :mod:`tpopt.models.spot_policy` (DEFAULT_AVAILABILITY); a mix
+    with a spot share its spot part's (the job runs on all its cards: a day without the spot share's capacity
+    makes no progress)."""
+    from tpopt.models.spot_policy import DEFAULT_AVAILABILITY  # spot_policy reads the finish law's moments
+
+    if offer.parts:
+        return min((spot_availability(o) for o, share in offer.parts if share > 0), default=1.0)
+    if offer.market != SPOT:
+        return 1.0
+    return DEFAULT_AVAILABILITY if offer.availability is None else float(offer.availability)
 
 
 def mix(base: Offer, spot: Offer, share: float) -> Offer:

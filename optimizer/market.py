@@ -84,7 +84,8 @@ def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
     search = replace(sc.search, accelerators=(offer.accelerator,),
                      max_cards=min(sc.search.max_cards, offer.available, power_cards(sc, offer)))
     terms = M.MarketOptions(as_of=sc.market.as_of, preempt_per_card_s=M.preemption_rate(offer),
-                            reacquire_s=offer.reacquire_s, checkpoint_copies=sc.market.checkpoint_copies,
+                            reacquire_s=offer.reacquire_s, spot_availability=M.spot_availability(offer),
+                            checkpoint_copies=sc.market.checkpoint_copies,
                             checkpoint_egress=sc.market.checkpoint_egress)
     return replace(sc, systems={offer.accelerator: system}, search=search, market=terms)
 

@@ -58,7 +58,7 @@ def terms_of(spot: M.Offer) -> S.SpotTerms:
     """A spot offer's random terms: its preemption rate and reacquire delay; availability and the rate's
     coefficient of variation from the offer where it states them, else the stated defaults."""
     return S.SpotTerms(preempt_per_card_hour=spot.preempt_per_card_hour, reacquire_s=spot.reacquire_s,
-                       availability=S.DEFAULT_AVAILABILITY if spot.availability is None else spot.availability,
+                       availability=M.spot_availability(spot),
                        rate_cv=S.DEFAULT_RATE_CV if spot.preempt_rate_cv is None else spot.preempt_rate_cv,
                        preempt_source=spot.preempt_source,
                        availability_source=(S.DEFAULT_AVAILABILITY_SOURCE if spot.availability is None
@@ -154,9 +154,11 @@ def policy_entry(rows: list[Row], deadline_s: float, confidence: float,
 
 
 def pick_misses(pairs_: list[dict[str, Any]], pick: str | None, confidence: float) -> dict[str, Any] | None:
-    """The market's pick run all on spot, where the spot terms say it misses the confidence: the market's
-    chance law of a spot offer counts its preemptions but takes its capacity as always there, the spot policy
-    counts the days without capacity (``availability_per_day``) and the rate's uncertainty. Returns the pick's
+    """The market's pick run all on spot, where the spot policy's model of that run says it misses the
+    confidence: the market's chance law of a spot offer counts its preemptions and its days without capacity
+    (tpopt.models.finish SOURCES: compound Poisson, the reserved days not stretched), the spot policy the same
+    days (``availability_per_day``: a normal law over the whole run, reserved days included) and the preemption
+    rate's uncertainty, which the law leaves out; near the level the two can disagree. Returns the pick's
     pair (``pair``: its index), all spot's P(on time) and mean finish under the terms, and the pair's chosen
     policy; None where the pick is no pair's spot offer or all spot meets the level."""
     for i, e in enumerate(pairs_):

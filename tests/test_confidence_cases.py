@@ -61,7 +61,8 @@ def check_levels(got: dict[str, dict]) -> None:
         level = float(q.rstrip("%")) / 100
         fd = d["finish_distribution"]
         assert fd["confidence"] == level and fd["probability_by_deadline"] >= level, q
-        assert fd["dominant_source"] in ("step-time model", "failures", "rollbacks", "fail-slow", "preemptions")
+        assert fd["dominant_source"] in ("step-time model", "failures", "rollbacks", "fail-slow", "preemptions",
+                                         "capacity")
     cost = [got[q]["plan"]["cost"] if "cost" in got[q]["plan"] else got[q]["metrics"]["cost"] for q in LEVELS]
     assert cost[0] < cost[1] < cost[2], cost
 

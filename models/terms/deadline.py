@@ -374,11 +374,13 @@ def law_risk(sc: Scenario) -> finish.Risk:
     ``market.preempt_per_card_s`` > 0, set per offer by the market solve) the law's preemption source is the
     offer's: rate rho per card-second (a mix: its spot share x rho) and reacquisition delay d, the same
     process the long-run overhead charges (:func:`failure_rate`, :func:`reacquire_overhead`); off the spot
-    market the ``[risk]`` table's own preemption inputs apply (0 unless given)."""
-    if not sc.market.preempt_per_card_s:
+    market the ``[risk]`` table's own preemption inputs apply (0 unless given). A spot offer's days without
+    capacity (``market.spot_availability`` < 1, models/market.spot_availability) are the law's capacity source."""
+    if not sc.market.preempt_per_card_s and sc.market.spot_availability >= 1.0:
         return sc.risk
     rho, wait = preemption_terms(sc)
-    return replace(sc.risk, preempt_rate_per_card_s=rho, reacquire_s=wait)
+    return replace(sc.risk, preempt_rate_per_card_s=rho, reacquire_s=wait,
+                   spot_availability=sc.market.spot_availability)
 
 
 def exposure(sc: Scenario, save_mode: str, cards: float, save_interval: float) -> finish.Exposure:
