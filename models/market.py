@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from tpopt.models.spot_policy import DEFAULT_AVAILABILITY
 from tpopt.models.units import DAY, HOUR
 
 ON_DEMAND = "on-demand"
@@ -252,8 +253,6 @@ def spot_availability(offer: Offer) -> float:
     ``availability``, else the stated default of :mod:`tpopt.models.spot_policy` (DEFAULT_AVAILABILITY); a mix
     with a spot share its spot part's (the job runs on all its cards: a day without the spot share's capacity
     makes no progress)."""
-    from tpopt.models.spot_policy import DEFAULT_AVAILABILITY  # spot_policy reads the finish law's moments
-
     if offer.parts:
         return min((spot_availability(o) for o, share in offer.parts if share > 0), default=1.0)
     if offer.market != SPOT:
