@@ -37,6 +37,7 @@ from functools import cache
 from typing import Any
 
 from tpopt.catalogs import BUILTIN_DIR
+from tpopt.catalogs.stacks import dispatcher_on_card
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
@@ -354,20 +355,17 @@ def megatron_stack(sc: Scenario, accelerator: str) -> tuple[StackProfile, str]:
     except that a MoE model's flex dispatcher becomes the catalog's fallback (alltoall) on a card whose maker
     (accelerators.toml ``vendor``) the flex backend's software does not run on (catalogs/frameworks/megatron-lm.toml
     [flex_dispatcher]); and the one line saying why ("" where the stack's dispatcher is written)."""
-    flex = schema("megatron").flex_dispatcher
-    if not sc.model.moe or sc.stack.moe_dispatcher != "flex":
+    if not sc.model.moe:
         return sc.stack, ""
-    vendor = sc.system(accelerator).acc.vendor
-    if vendor in flex["vendors"]:
+    fallback, why = dispatcher_on_card(sc.stack.moe_dispatcher, accelerator, sc.system(accelerator).acc.vendor)
+    if not why:
         return sc.stack, ""
-    fallback = str(flex["fallback"])
     costed = "" if sc.moe.dispatcher_on(accelerator) == STACK_DISPATCHERS[fallback] else (
         f"; the plan was costed with the {sc.moe.dispatcher_on(accelerator)} dispatch: set [moe] dispatcher = "
         f"\"{STACK_DISPATCHERS[fallback]}\" to cost what this runs")
     return replace(sc.stack, moe_dispatcher=fallback), (
-        f"MoE token dispatcher: {fallback}, not the stack's flex: its {flex['backend']} backend runs on "
-        f"{' / '.join(flex['vendors'])} cards only and {accelerator} is made by {vendor} (catalogs/frameworks/"
-        f"megatron-lm.toml [flex_dispatcher]){costed}")
+        f"MoE token dispatcher: {fallback}, not the stack's {sc.stack.moe_dispatcher}: {why} "
+        f"(catalogs/frameworks/megatron-lm.toml [flex_dispatcher]){costed}")
 
 
 MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}

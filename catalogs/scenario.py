@@ -50,7 +50,7 @@ from tpopt.catalogs.schema import (
     read_table,
     targets,
 )
-from tpopt.catalogs.stacks import dispatcher_on_cards, stack_profile
+from tpopt.catalogs.stacks import dispatcher_on_card, stack_profile
 from tpopt.catalogs.tables import loads_toml
 from tpopt.catalogs.uncertainty import load_evidence
 from tpopt.errors import InputError
@@ -565,7 +565,7 @@ def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
     dispatcher and the all-to-all overlap the scenario does not state are the stack's recipe's for the model
     and card (catalogs/recipes.toml: ``recipe``, stated in the report as MoeOptions.recipe), else the stack's
     (moe.stack_defaults); on a card whose maker (``vendors``: card -> accelerators.toml vendor) a flex
-    dispatcher's software does not run, the one that runs there (stacks.dispatcher_on_cards: MoeOptions
+    dispatcher's software does not run, the one that runs there (stacks.dispatcher_on_card: MoeOptions
     card_dispatchers, each stated in the report).
 
     Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
@@ -587,10 +587,12 @@ def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
     named = recipe.moe_dispatcher if recipe is not None and "dispatcher" in from_recipe else \
         (stack.moe_dispatcher if stack is not None else None)
     if named is not None and "dispatcher" not in mt:  # a card whose maker does not run it runs the fallback
-        runs = {card: dispatcher_on_cards(named, {card: maker}) for card, maker in (vendors or {}).items()}
+        runs = {card: dispatcher_on_card(named, card, maker) for card, maker in (vendors or {}).items()}
         moved = {card: r for card, r in runs.items() if r[1]}
         opts = replace(opts, card_dispatchers=tuple((c, STACK_DISPATCHERS[r[0]]) for c, r in moved.items()),
-                       dispatcher_notes=tuple((c, r[1]) for c, r in moved.items()))
+                       dispatcher_notes=tuple((c, f"MoE token dispatcher {r[0]}, not the stack's {named}: {r[1]} "
+                                               "(catalogs/frameworks/megatron-lm.toml [flex_dispatcher]; where the "
+                                               "scenario states no [moe] dispatcher)") for c, r in moved.items()))
     d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
     ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)

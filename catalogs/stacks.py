@@ -260,20 +260,14 @@ def _flex_table() -> dict[str, Any]:
     return dict(flex)
 
 
-def dispatcher_on_cards(name: str, vendors: dict[str, str]) -> tuple[str, str]:
-    """The stack dispatcher (its own name) that runs on the cards, and the one line saying why it is not
-    ``name`` ("" where it is): a flex dispatcher (:data:`FLEX_DISPATCHERS`) runs only on cards whose maker
-    (accelerators.toml ``vendor``; ``vendors`` card -> maker) catalogs/frameworks/megatron-lm.toml
-    [flex_dispatcher] lists; on a card of another maker the stack runs that table's fallback (alltoall), as the
-    Megatron-LM and Megatron-Bridge exports write it."""
-    if name not in FLEX_DISPATCHERS:
-        return name, ""
+def dispatcher_on_card(name: str, card: str, maker: str) -> tuple[str, str]:
+    """The stack dispatcher (its own name) that runs on ``card``, made by ``maker`` (accelerators.toml
+    ``vendor``), and why it is not ``name`` ("" where it is): a flex dispatcher (:data:`FLEX_DISPATCHERS`) runs
+    only on the makers catalogs/frameworks/megatron-lm.toml [flex_dispatcher] lists; on another maker's card the
+    stack runs that table's fallback (alltoall). The one rule the step-time model's costing
+    (catalogs.scenario) and the Megatron-LM / Megatron-Bridge exports (tpopt.frameworks.megatron_stack) apply."""
     flex = _flex_table()
-    other = {card: maker for card, maker in vendors.items() if maker not in flex["vendors"]}
-    if not other:
+    if name not in FLEX_DISPATCHERS or maker in flex["vendors"]:
         return name, ""
-    cards = ", ".join(f"{card} ({maker})" for card, maker in sorted(other.items()))
-    return str(flex["fallback"]), (
-        f"MoE token dispatcher {flex['fallback']}, not the stack's {name}: its {flex['backend']} backend runs on "
-        f"{' / '.join(flex['vendors'])} cards only, not on {cards} (catalogs/frameworks/megatron-lm.toml "
-        "[flex_dispatcher]; where the scenario states no [moe] dispatcher)")
+    return str(flex["fallback"]), (f"its {flex['backend']} backend runs on {' / '.join(flex['vendors'])} cards only "
+                                   f"and {card} is made by {maker}")

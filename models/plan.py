@@ -267,7 +267,7 @@ class MoeOptions:
     #: report states it; empty: none applied
     recipe: str = field(default="", compare=False, repr=False)
     #: the cards on which another dispatcher runs: (card, dispatcher) where the stack's or recipe's does not run
-    #: on the card's maker (catalogs.stacks.dispatcher_on_cards); the others run ``dispatcher``
+    #: on the card's maker (catalogs.stacks.dispatcher_on_card); the others run ``dispatcher``
     card_dispatchers: tuple[tuple[str, str], ...] = ()
     #: (card, why) for each of card_dispatchers, as the report states it
     dispatcher_notes: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)

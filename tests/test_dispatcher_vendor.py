@@ -45,7 +45,7 @@ def test_each_card_runs_its_own_dispatcher():
     assert sc.moe.dispatcher_on("h100-sxm") == "per-host"
     assert sc.moe.dispatcher_on("mi300x") == "direct"
     note = sc.moe.dispatcher_note("mi300x")
-    assert "alltoall" in note and "mi300x (AMD)" in note and "NVIDIA cards only" in note
+    assert "alltoall" in note and "mi300x is made by AMD" in note and "NVIDIA cards only" in note
     assert sc.moe.dispatcher_note("h100-sxm") == ""
 
 
