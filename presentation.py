@@ -826,7 +826,8 @@ def energy_lines(w: dict[str, Any]) -> list[str]:
     else:
         carbon = (f"{w['tco2e']:,.3g} tCO2e at {w['carbon_g_kwh']:g} gCO2e/kWh (dated {w['carbon_date']}: "
                   f"{w['carbon_source']})")
-    return [f"Energy: {mwh:,.3g} MWh (site power x finish time, training draw for the whole run: an upper bound): "
+    return [f"Energy: {mwh:,.3g} MWh (site power x finish time less any waits for spot capacity, training draw for "
+            "the whole run: an upper bound): "
             f"{cost}; {carbon}"]
 
 
@@ -849,6 +850,7 @@ def market_lines(out: dict[str, Any]) -> list[str]:
                      f"{p['cost']:,.0f} USD; save interval {p['save_interval_s']:,.0f} s (optimum for the combined "
                      f"failure rate {p['optimal_interval_s']:,.0f} s, without preemptions "
                      f"{p['optimal_interval_without_s']:,.0f} s)")
+    lines += capacity_lines(m.get("capacity"))
     w = m.get("power")
     if w:
         cap = ""
@@ -877,6 +879,8 @@ def market_lines(out: dict[str, Any]) -> list[str]:
                 else bounded_offer_text(r["bound"], chosen) if r.get("bound") is not None else f"{r['status']}")
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
+        if r.get("spot_availability") is not None:  # the finish counts the waits for spot capacity: say on what
+            flags.append(f"capacity on {r['spot_availability']:.0%} of days: +{r['capacity_wait_days']:.2f} d")
         flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags
         lines.append(f" {mark} {r['offer']:<{width}} {what}" + qualifiers_text(flags))
     if m.get("undecided"):
@@ -884,6 +888,18 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
                  "that offer; the chosen plan's checks show which limits it meets with no slack).")
     return lines
+
+
+def capacity_lines(c: dict[str, Any] | None) -> list[str]:
+    """The chosen spot plan's capacity assumption (tpopt.optimizer.market.capacity_figures): on what share of days
+    spot capacity is obtainable, from where, and the expected waits its finish counts (not billed)."""
+    if not c:
+        return []
+    if c["availability_per_day"] >= 1.0:
+        return [f"Spot capacity: obtainable on every day ({c['source']}); no waits for it in the finish"]
+    return [f"Spot capacity: obtainable on {c['availability_per_day']:.0%} of days ({c['source']}); the finish "
+            f"counts {c['wait_days']:.2f} d of expected waits for it ((1 - a) / a days per day on capacity, "
+            "Geometric), not billed"]
 
 
 def bounded_offer_text(bound: float, chosen: float | None) -> str:
