@@ -468,7 +468,7 @@ def markets(draw):
         text += offer_table(f"o{i}", "cloud-a", "east", acc, k, price, available=draw(st.sampled_from([8, 16, 64])),
                             extra=extra)
         names.append(f"o{i}")
-    deadline = draw(st.sampled_from(["5d", "20d", "60d"]))
+    deadline = draw(st.sampled_from(["10h", "5d", "20d", "60d"]))  # 10 h: near 8 H100's 8.8 h, where the waits tell
     max_cost = draw(st.one_of(st.none(), st.floats(1e3, 1e5)))
     shares = draw(st.one_of(st.none(), st.just([0.5]), st.just([0.25, 0.75])))
     keep = {"checkpoint_copies": draw(st.integers(1, 4)), "checkpoint_egress": draw(st.integers(0, 3))}
