@@ -847,9 +847,7 @@ def market_lines(out: dict[str, Any]) -> list[str]:
                      f"({p['rate_per_card_hour']:g} per card-hour: {p['rate_source']}), each losing "
                      f"{p['seconds_lost_per_preemption']:,.0f} s (redo since the checkpoint, restore, "
                      f"{p['reacquire_s']:,.0f} s to reacquire); they cost {p['time_cost_days']:.3f} d and "
-                     f"{p['cost']:,.0f} USD; save interval {p['save_interval_s']:,.0f} s (optimum for the combined "
-                     f"failure rate {p['optimal_interval_s']:,.0f} s, without preemptions "
-                     f"{p['optimal_interval_without_s']:,.0f} s)")
+                     f"{p['cost']:,.0f} USD; {save_interval_text(p)}")
     lines += capacity_lines(m.get("capacity"))
     w = m.get("power")
     if w:
@@ -888,6 +886,20 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
                  "that offer; the chosen plan's checks show which limits it meets with no slack).")
     return lines
+
+
+def save_interval_text(p: dict[str, Any]) -> str:
+    """The spot plan's save interval and where it comes from (tpopt.optimizer.market.interval_basis): a stated
+    interval beside the optimum it is not, or the auto interval as the optimum for the combined failure rate (or
+    the checkpoint's write time it is raised to), each with the optimum without preemptions."""
+    tau, best, calm = p["save_interval_s"], p["optimal_interval_s"], p["optimal_interval_without_s"]
+    basis = p.get("interval_basis", "optimum")
+    if basis == "stated":
+        return (f"save interval {tau:,.0f} s, stated (checkpoint.save_interval; the optimum for the combined failure "
+                f"rate is {best:,.0f} s, without preemptions {calm:,.0f} s)")
+    why = "the checkpoint's write time, above the optimum for the combined failure rate" if basis == "write time" \
+        else "the optimum for the combined failure rate"
+    return f"save interval {tau:,.0f} s, auto ({why}; without preemptions {calm:,.0f} s)"
 
 
 def capacity_lines(c: dict[str, Any] | None) -> list[str]:

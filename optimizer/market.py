@@ -479,10 +479,19 @@ def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[st
             "time_cost_days": (f - f0) / DAY,
             "cost": M.billed_cost(offer, n, f) + checkpoint_costs(sub, offer, f)[0]
             - M.billed_cost(offer, n, f0) - checkpoint_costs(sub, offer, f0)[0],
-            "save_interval_s": ev.plan.save_interval_s,
+            "save_interval_s": ev.plan.save_interval_s, "interval_basis": interval_basis(sub, ev),
             "optimal_interval_s": float(T.optimal_save_interval(sub, n, mode)),
             "optimal_interval_without_s": float(T.optimal_save_interval(calm, n, mode))}
 
+
+def interval_basis(sub: Scenario, ev: Evaluation) -> str:
+    """Where the plan's save interval comes from: "stated" (one of the scenario's ``checkpoint.save_interval``
+    values), "write time" (auto: the optimum for the combined failure rate raised to the checkpoint's write
+    time, :func:`tpopt.models.terms.optimal_save_interval`) or "optimum" (auto: the optimum itself)."""
+    tau = ev.plan.save_interval_s
+    if any(v > 0 and math.isclose(v, tau, rel_tol=1e-12) for v in sub.search.save_interval_s):
+        return "stated"
+    return "write time" if tau <= T.checkpoint_write_time(sub) * (1 + 1e-12) else "optimum"
 
 
 def offer_dict(offer: M.Offer, as_of: str) -> dict[str, Any]:
@@ -589,4 +598,4 @@ __all__ = ["offer_scenario", "solving_scenario", "run_finish_s", "capacity_entri
            "MarketSolve", "OfferSolve", "checkpoint_gb", "checkpoint_costs", "checkpoint_figures",
            "charges_checkpoints", "offer_fronts", "build_fronts",
            "offer_bound", "bounds_hold", "decided", "BOUND", "checkpoint_charge", "decided_entries", "FRONT",
-           "preemption_source", "preemption_figures", "offer_dict", "market_entries"]
+           "preemption_source", "preemption_figures", "interval_basis", "offer_dict", "market_entries"]

@@ -435,6 +435,26 @@ def test_the_cost_quantiles_do_not_bill_the_waits(tmp_path):
     assert d9["mean_finish_days"] - d1["mean_finish_days"] >= waits * (1 - 1e-9)
 
 
+def test_the_spot_line_says_where_the_save_interval_comes_from(tmp_path):
+    """A stated checkpoint.save_interval (1,800 s) is named as stated beside the optimum it is not; "auto" is
+    named as the optimum for the combined failure rate (the plan's interval is that optimum)."""
+    raw = raw_scenario(["spot"])
+    raw["checkpoint"] = {"save_interval": "1800s", "mode": "sync"}
+    text = REGIONS + offer_table("spot", "cloud-a", "east", "h100-sxm", "spot", 1.6,
+                                 extra='preempt_per_card_hour = 0.002\nreacquire = "1h"')
+    stated = P.plan(build_scenario(raw, catalog_with(tmp_path, text)), "enumerate")
+    p = stated.report["market"]["preemption"]
+    assert p["save_interval_s"] == 1800 and abs(p["optimal_interval_s"] - 1800) > 1 and p["interval_basis"] == "stated"
+    assert "save interval 1,800 s, stated (checkpoint.save_interval; the optimum for the combined failure rate is " \
+        f"{p['optimal_interval_s']:,.0f} s" in " ".join(market_lines(stated.report))
+    raw["checkpoint"]["save_interval"] = "auto"
+    auto = P.plan(build_scenario(raw, catalog_with(tmp_path, text)), "enumerate")
+    p = auto.report["market"]["preemption"]
+    assert p["save_interval_s"] == p["optimal_interval_s"] and p["interval_basis"] == "optimum"
+    assert f"save interval {p['save_interval_s']:,.0f} s, auto (the optimum for the combined failure rate; " \
+        in " ".join(market_lines(auto.report))
+
+
 def test_scenarios_without_market_are_unchanged(tmp_path):
     raw = raw_scenario()
     del raw["market"]
