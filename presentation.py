@@ -738,6 +738,10 @@ def market_conflict_lines(out: dict[str, Any]) -> list[str]:
         f"{near['available']:,} available ({near['cards_cap']})" if near["cards_cap"].startswith("market")
         else f"the site power cap ({near['cards_cap']})")
     lines = ["", f"Nearest offer: {near['offer']} ({why}; at most {near['max_cards']:,} cards: {cap})."]
+    if near.get("run_deadline_days") is not None:  # a spot offer: its plans wait for capacity
+        lines.append(f"Its plans wait for spot capacity (obtainable on {near['spot_availability']:.0%} of days): its "
+                     f"deadline.finish below is the run on capacity against R + a (D - R) = "
+                     f"{near['run_deadline_days']:.2f} d, the expected calendar finish R + (T - R) / a against D.")
     lines += [""] + (["Conflict: not isolated (time limit reached before a conflict was found)."]
                      if out.get("conflict_status") else
                      [f"On {near['offer']}: " + conflict_lines(out["conflict_detail"])[0]]

@@ -352,18 +352,25 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     tell("the offer nearest a plan")
     kept: dict[str, Space] = {}
     row, fastest = nearest_offer(ms, solver, req, kept)
-    osc = row.sc
+    a = M.spot_availability(row.offer)
+    waits = sc.task.confidence is None and a < 1.0  # its plans wait for spot capacity: solved on the run deadline
+    osc = MK.solving_scenario(row.sc)
+    if waits and fastest is not None:  # its fastest plan's expected calendar finish
+        fastest = M.capacity_finish_s(sc.task.reserved_s, fastest * DAY, a) / DAY
     cap = osc.search.max_cards
     near = {"offer": row.offer.id, "accelerator": row.offer.accelerator, "fastest_finish_days": fastest,
             "max_cards": cap, "available": row.offer.available,
             "cards_cap": F.MARKET_AVAILABLE if cap == row.offer.available  # max_cards may equal it: both bind
             else "search.max_cards" if cap == sc.search.max_cards else F.POWER_SITE}
+    if waits:  # its conflict is on the run deadline: say so
+        near["spot_availability"], near["run_deadline_days"] = a, F.limit(F.DEADLINE, osc) / DAY
     out: dict[str, Any] = {"market_conflict": near, "conflict": [], "conflict_detail": [], "relaxations": []}
     ctx = Context.of(osc, solver, req, None, None, None)
     try:
         with clock_of(req).stoppable("finding the conflict", keep_finished=True):
             tell(f"a minimal set of conflicting constraints on {row.offer.id}")
-            space = kept.get(row.offer.id) or Space.from_scenario(osc)
+            space = kept.get(row.offer.id) if not waits else None
+            space = space or Space.from_scenario(osc)
             core_ = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
             detail = conflict_detail(ctx, core_)
     except (Undecided, TimeLimitReached):
@@ -372,7 +379,8 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     names = [n for n in PARAMS if n not in OFFER_ONLY]
     rels = relaxations(osc, ctx.backend, req, core=core_, enforced=ctx.enforced, ctx=ctx, only=names,
                        progress=progress)
-    waits = sc.task.confidence is None and M.spot_availability(row.offer) < 1.0  # its answers read no waits
+    if waits:
+        rels = [calendar_deadline(sc, r, a) for r in rels]
     out.update(conflict=core_, conflict_detail=detail,
                relaxations=[market_relaxation(sc, r, solver, req, row.offer.id,
                                               own_cap=near["cards_cap"] == "search.max_cards", confirm=waits)
@@ -380,6 +388,22 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     if near["cards_cap"] != "search.max_cards":
         offer_cap(out, dict(near, max_cards=sc.search.max_cards))
     return out
+
+
+def calendar_deadline(sc: Scenario, r: Relaxation, a: float) -> Relaxation:
+    """A relaxation of a nearest offer whose plans wait for spot capacity (solved on the run deadline
+    R + a (D - R), :func:`tpopt.optimizer.market.solving_scenario`) in the user's terms: a deadline's run value
+    D' as the calendar deadline R + (D' - R) / a, rounded up to its printed unit (towards a plan), the current the
+    scenario's; the other inputs as they are (the market confirms each, :func:`market_value`)."""
+    if r.parameter != "deadline" or not isinstance(r.required, float | int):
+        return r
+    p = PARAMS["deadline"]
+    R = sc.task.reserved_s / DAY
+    cal = R + (float(r.required) - R) / a
+    up = math.ceil(cal * 10 ** p.digits - 1e-9) / 10 ** p.digits
+    old, new = f"{float(r.required):.{p.digits}f}", f"{up:.{p.digits}f}"
+    apply = {k: v.replace(old, new) if isinstance(v, str) else up for k, v in (r.apply or {}).items()} or None
+    return replace(r, current=F.limit(F.DEADLINE, sc) / DAY, required=up, required_exact=None, apply=apply, plan=None)
 
 
 def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:

@@ -435,6 +435,27 @@ def test_the_cost_quantiles_do_not_bill_the_waits(tmp_path):
     assert d9["mean_finish_days"] - d1["mean_finish_days"] >= waits * (1 - 1e-9)
 
 
+def test_explain_on_a_spot_offer_late_only_for_the_waits(tmp_path):
+    """A spot-only market whose fastest run (f on capacity) meets D = R + (f - R) / 0.95 only if capacity never
+    lapses: no plan at a = 0.9; explained on the run deadline (the conflict names deadline.finish), and the
+    deadline it needs is the least printed value (0.01 d) at or above the fastest plan's calendar finish
+    R + (f - R) / 0.9, confirmed on the market."""
+    always = _capacity_market(tmp_path, 1.0, offers=("spot",))
+    R = always.task.reserved_s
+    f = fastest_run(always, always.market.offers[0])
+    sc = _capacity_market(tmp_path, offers=("spot",))
+    sc = replace(sc, task=replace(sc.task, deadline_s=R + (f - R) / 0.95))
+    pr = P.plan(sc, "cpsat", Request(method="monolithic"), why=True)
+    assert pr.status == Status.INFEASIBLE
+    assert F.DEADLINE in pr.report["conflict"]
+    near = pr.report["market_conflict"]
+    assert math.isclose(near["run_deadline_days"] * DAY, R + 0.9 * (sc.task.deadline_s - R), rel_tol=1e-12)
+    d = next(r for r in pr.report["relaxations"] if r["parameter"] == "deadline")
+    assert d["required"] == math.ceil((R + (f - R) / 0.9) / DAY * 100 - 1e-9) / 100
+    assert d["market_check"]["feasible_at"] == d["required"]
+    assert d["apply"] == {"schedule.deadline": f"{d['required']:.2f}d"}
+
+
 def test_the_spot_line_says_where_the_save_interval_comes_from(tmp_path):
     """A stated checkpoint.save_interval (1,800 s) is named as stated beside the optimum it is not; "auto" is
     named as the optimum for the combined failure rate (the plan's interval is that optimum)."""
