@@ -738,6 +738,10 @@ def market_conflict_lines(out: dict[str, Any]) -> list[str]:
         f"{near['available']:,} available ({near['cards_cap']})" if near["cards_cap"].startswith("market")
         else f"the site power cap ({near['cards_cap']})")
     lines = ["", f"Nearest offer: {near['offer']} ({why}; at most {near['max_cards']:,} cards: {cap})."]
+    if near.get("run_deadline_days") is not None:  # a spot offer: its plans wait for capacity
+        lines.append(f"Its plans wait for spot capacity (obtainable on {near['spot_availability']:.0%} of days): its "
+                     f"deadline.finish below is the run on capacity against R + a (D - R) = "
+                     f"{near['run_deadline_days']:.2f} d, the expected calendar finish R + (T - R) / a against D.")
     lines += [""] + (["Conflict: not isolated (time limit reached before a conflict was found)."]
                      if out.get("conflict_status") else
                      [f"On {near['offer']}: " + conflict_lines(out["conflict_detail"])[0]]
@@ -826,7 +830,8 @@ def energy_lines(w: dict[str, Any]) -> list[str]:
     else:
         carbon = (f"{w['tco2e']:,.3g} tCO2e at {w['carbon_g_kwh']:g} gCO2e/kWh (dated {w['carbon_date']}: "
                   f"{w['carbon_source']})")
-    return [f"Energy: {mwh:,.3g} MWh (site power x finish time, training draw for the whole run: an upper bound): "
+    return [f"Energy: {mwh:,.3g} MWh (site power x finish time less any waits for spot capacity, training draw for "
+            "the whole run: an upper bound): "
             f"{cost}; {carbon}"]
 
 
@@ -846,9 +851,8 @@ def market_lines(out: dict[str, Any]) -> list[str]:
                      f"({p['rate_per_card_hour']:g} per card-hour: {p['rate_source']}), each losing "
                      f"{p['seconds_lost_per_preemption']:,.0f} s (redo since the checkpoint, restore, "
                      f"{p['reacquire_s']:,.0f} s to reacquire); they cost {p['time_cost_days']:.3f} d and "
-                     f"{p['cost']:,.0f} USD; save interval {p['save_interval_s']:,.0f} s (optimum for the combined "
-                     f"failure rate {p['optimal_interval_s']:,.0f} s, without preemptions "
-                     f"{p['optimal_interval_without_s']:,.0f} s)")
+                     f"{p['cost']:,.0f} USD; {save_interval_text(p)}")
+    lines += capacity_lines(m.get("capacity"))
     w = m.get("power")
     if w:
         cap = ""
@@ -877,6 +881,8 @@ def market_lines(out: dict[str, Any]) -> list[str]:
                 else bounded_offer_text(r["bound"], chosen) if r.get("bound") is not None else f"{r['status']}")
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
+        if r.get("spot_availability") is not None:  # the finish counts the waits for spot capacity: say on what
+            flags.append(f"capacity on {r['spot_availability']:.0%} of days: +{r['capacity_wait_days']:.2f} d")
         flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags
         lines.append(f" {mark} {r['offer']:<{width}} {what}" + qualifiers_text(flags))
     if m.get("undecided"):
@@ -884,6 +890,32 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
                  "that offer; the chosen plan's checks show which limits it meets with no slack).")
     return lines
+
+
+def save_interval_text(p: dict[str, Any]) -> str:
+    """The spot plan's save interval and where it comes from (tpopt.optimizer.market.interval_basis): a stated
+    interval beside the optimum it is not, or the auto interval as the optimum for the combined failure rate (or
+    the checkpoint's write time it is raised to), each with the optimum without preemptions."""
+    tau, best, calm = p["save_interval_s"], p["optimal_interval_s"], p["optimal_interval_without_s"]
+    basis = p.get("interval_basis", "optimum")
+    if basis == "stated":
+        return (f"save interval {tau:,.0f} s, stated (checkpoint.save_interval; the optimum for the combined failure "
+                f"rate is {best:,.0f} s, without preemptions {calm:,.0f} s)")
+    why = "the checkpoint's write time, above the optimum for the combined failure rate" if basis == "write time" \
+        else "the optimum for the combined failure rate"
+    return f"save interval {tau:,.0f} s, auto ({why}; without preemptions {calm:,.0f} s)"
+
+
+def capacity_lines(c: dict[str, Any] | None) -> list[str]:
+    """The chosen spot plan's capacity assumption (tpopt.optimizer.market.capacity_figures): on what share of days
+    spot capacity is obtainable, from where, and the expected waits its finish counts (not billed)."""
+    if not c:
+        return []
+    if c["availability_per_day"] >= 1.0:
+        return [f"Spot capacity: obtainable on every day ({c['source']}); no waits for it in the finish"]
+    return [f"Spot capacity: obtainable on {c['availability_per_day']:.0%} of days ({c['source']}); the finish "
+            f"counts {c['wait_days']:.2f} d of expected waits for it ((1 - a) / a days per day on capacity, "
+            "Geometric), not billed"]
 
 
 def bounded_offer_text(bound: float, chosen: float | None) -> str:

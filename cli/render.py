@@ -204,6 +204,9 @@ def metrics_table(m: dict[str, Any], title: str = "Plan evaluation") -> Table:
         ("iterations", f"{m['iterations']:,}", ""),
         ("base training", _num(m["train_days"], 1), "d"),
         ("finish (incl. reserved)", _num(m["finish_days"], 1), "d"),
+        *([("  waits for spot capacity", _num(m["capacity_wait_days"], 2),
+            "d (not billed)")]
+          if m.get("capacity_wait_days") else []),
         ("card-hours", _num(m["card_hours"], 0), "card-h"),
         ("cost", _num(m["cost"], 0), m.get("cost_unit", "USD")),
     ]

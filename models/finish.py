@@ -181,6 +181,9 @@ class Source:
     basis: str  # the statement reports and docs print
 
 
+CAPACITY = "capacity"
+"""The source of the days without spot capacity (its waits are not billed: the cost's law is the law without it)."""
+
 SOURCES = (
     Source("failures", "hardware failures",
            lambda x: 0.0 if x.card_mtbf_s is None else x.cards / x.card_mtbf_s,
@@ -198,7 +201,7 @@ SOURCES = (
            lambda x: x.cards * x.risk.preempt_rate_per_card_s,
            lambda x: x.risk.reacquire_s + x.restore + x.lag, lambda x: x.tau,
            "Poisson in cards x time; each: reacquire + restart + work since the last save"),
-    Source("capacity", "days without spot capacity",
+    Source(CAPACITY, "days without spot capacity",
            lambda x: (1.0 - x.risk.spot_availability) / DAY,
            lambda x: DAY / x.risk.spot_availability, lambda x: 0.0,
            "spot capacity on a day with probability a (independent days: waits of mean (1 - a) / a and variance "
@@ -923,7 +926,7 @@ def normal_quantile(q: float) -> float:
 
 
 __all__ = [
-    "Risk", "Source", "SOURCES", "SOURCE_NAMES", "STEP_ERROR", "Exposure", "Events", "Distribution",
+    "Risk", "Source", "SOURCES", "SOURCE_NAMES", "STEP_ERROR", "CAPACITY", "Exposure", "Events", "Distribution",
     "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS",
     "VALIDATION_LOSO_ERRORS",
     "SLOW_FACTOR", "SLOW_DURATION_S", "SLOW_RATE_PER_CARD_S", "SIGMA_MIN_RUNS",

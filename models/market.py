@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tpopt.models.spot_policy import DEFAULT_AVAILABILITY
+from tpopt.models.spot_policy import DEFAULT_AVAILABILITY, DEFAULT_AVAILABILITY_SOURCE
 from tpopt.models.units import DAY, HOUR
 
 ON_DEMAND = "on-demand"
@@ -260,6 +260,50 @@ def spot_availability(offer: Offer) -> float:
     return DEFAULT_AVAILABILITY if offer.availability is None else float(offer.availability)
 
 
+def spot_availability_source(offer: Offer) -> str:
+    """Where :func:`spot_availability` comes from: the offer's ``availability_source`` (else its source) where it
+    states an availability, else the stated default's (DEFAULT_AVAILABILITY_SOURCE); a mix its spot part's
+    (the least available one); "" off the spot market."""
+    if offer.parts:
+        spots = [o for o, share in offer.parts if share > 0 and o.market == SPOT]
+        return spot_availability_source(min(spots, key=spot_availability)) if spots else ""
+    if offer.market != SPOT:
+        return ""
+    return DEFAULT_AVAILABILITY_SOURCE if offer.availability is None else offer.availability_source or offer.source
+
+
+def capacity_wait_s(run_s: float, availability: float) -> float:
+    """Expected seconds without spot capacity while a run needs ``run_s`` seconds on capacity (``availability``
+    a = P(capacity obtainable on a day), independent days; a = 1: none):
+
+        E[waits] = run x (1 - a) / a
+
+    Derivation: a day of the run needs a day with capacity; the days without capacity before it are the
+    failures before the first success of Bernoulli(a) days, Geometric: P(K = k) = (1 - a)^k a, E[K] = (1 - a) / a
+    (variance (1 - a) / a^2). Over run / day days of the run the waits add up, so the run takes
+    run + run (1 - a) / a = run / a calendar seconds in expectation: the model of the finish-time law's
+    capacity source (tpopt.models.finish SOURCES "capacity"). A day without capacity rents nothing: the bill
+    (:func:`billed_cost`) is of ``run_s``, the waits are not billed."""
+    return run_s * (1.0 - availability) / availability
+
+
+def capacity_finish_s(reserved_s: float, run_finish_s: float, availability: float) -> float:
+    """The expected calendar finish (s) of a plan whose finish on capacity is ``run_finish_s``: the reserved
+    time R as it is, the run's ``run_finish_s - R`` seconds on capacity stretched by their waits
+    (:func:`capacity_wait_s`): R + (run_finish - R) / a. a = 1: the finish itself."""
+    if availability >= 1.0:
+        return run_finish_s
+    return run_finish_s + capacity_wait_s(run_finish_s - reserved_s, availability)
+
+
+def run_deadline_s(reserved_s: float, deadline_s: float, availability: float) -> float:
+    """The latest finish on capacity whose expected calendar finish (:func:`capacity_finish_s`) meets
+    ``deadline_s``: R + a (D - R), the inverse of R + (f - R) / a (increasing in f); a = 1: the deadline."""
+    if availability >= 1.0:
+        return deadline_s
+    return reserved_s + availability * (deadline_s - reserved_s)
+
+
 def mix(base: Offer, spot: Offer, share: float) -> Offer:
     """A base of ``base`` cards with ``share`` of the cards on ``spot`` (same card type and site): its
     price per card-hour is the blend, its preemption rate per card the share's, its cards at most what
@@ -299,7 +343,9 @@ __all__ = ["Offer", "MarketOptions", "Power", "Storage", "checkpoint_cost", "MON
             "site_power_w", "cards_under_power", "energy_mwh", "MARKETS", "Energy", "energy_cost_usd",
            "tonnes_co2e", "energy_figures",
            "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost", "least_billed_cost",
-           "preemption_rate", "months_between", "price_notes", "mix"]
+           "preemption_rate", "months_between", "price_notes", "mix", "spot_availability", "spot_availability_source",
+           "capacity_wait_s",
+           "capacity_finish_s", "run_deadline_s"]
 
 
 def unique_ids(offers: dict[str, Offer]) -> dict[str, Offer]:

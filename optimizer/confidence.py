@@ -79,8 +79,11 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req:
     the step up re-solves ``whole`` (the request ``sc`` came from: with its batch choices) by ``solve``."""
     law = law_of(sc, ev)
     q = sc.task.confidence if sc.task.confidence is not None else 0.95
-    rate = ev.metrics["cost"] / ev.metrics["finish_days"] / DAY  # cost per second of wall time
-    Fn.find_quantiles([(law, level) for level in LEVELS] + law.risk_asks(q))  # every root below, in lockstep
+    billed = law.without(Fn.CAPACITY) if law.risky(Fn.CAPACITY) else law  # a day without capacity bills nothing
+    run_s = (ev.metrics["finish_days"] - ev.metrics.get("capacity_wait_days", 0.0)) * DAY  # the nominal run's
+    rate = ev.metrics["cost"] / run_s  # cost per second on capacity
+    Fn.find_quantiles([(law, level) for level in LEVELS] + law.risk_asks(q)
+                      + ([(billed, level) for level in LEVELS] if billed is not law else []))  # in lockstep
     quant = {f"p{round(level * 100)}": law.quantile(level) for level in LEVELS}
     shares = law.risk_shares(q)
     p_deadline = float(law.cdf(F.limit(F.DEADLINE, sc)))
@@ -88,7 +91,7 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req:
         "confidence": sc.task.confidence,
         "probability_by_deadline": p_deadline,
         "finish_days": {k: v / DAY for k, v in quant.items()},
-        "cost": {k: v * rate for k, v in quant.items()},
+        "cost": {f"p{round(level * 100)}": billed.quantile(level) * rate for level in LEVELS},
         "mean_finish_days": law.mean() / DAY,
         "risk_level": q,
         "risk_shares": shares,

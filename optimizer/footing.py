@@ -344,8 +344,8 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     if dropped is not None:
         out.append(dropped)
     finish = m.get("finish_days")
-    if sc.task.reserved_s > 0 and finish:
-        share = sc.task.reserved_s / DAY / float(finish)
+    if sc.task.reserved_s > 0 and finish:  # the billed time: the waits for spot capacity are not billed
+        share = sc.task.reserved_s / DAY / (float(finish) - float(m.get("capacity_wait_days", 0.0)))
         out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {billed:,} "
                     f"cards ({share * 100:.1f} % of the cost)", "modelled": None, "reserved_share": share})
     return out

@@ -90,6 +90,27 @@ def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
     return replace(sc, systems={offer.accelerator: system}, search=search, market=terms)
 
 
+def solving_scenario(sub: Scenario) -> Scenario:
+    """The offer's scenario ``sub`` as its sub-problem is solved: without a confidence, on an offer with days
+    without spot capacity (``market.spot_availability`` a < 1), the deadline family's limit is the latest finish
+    on capacity whose expected calendar finish meets the deadline, R + a (D - R)
+    (:func:`tpopt.models.market.run_deadline_s`), so every backend decides the nominal verdict with the waits
+    while its cost stays the run's (the waits are not billed); :func:`billed` states the plan's calendar finish
+    and the deadline check against D. Under a confidence the chance form reads the waits itself (the law's
+    capacity source): ``sub`` as it is."""
+    a = sub.market.spot_availability
+    if sub.task.confidence is not None or a >= 1.0:
+        return sub
+    t = sub.task
+    return replace(sub, task=replace(t, deadline_s=M.run_deadline_s(t.reserved_s, F.limit(F.DEADLINE, sub), a)))
+
+
+def run_finish_s(ev: Evaluation) -> float:
+    """Seconds from the start to the end of the run on capacity of a billed plan: its finish less its expected
+    waits without spot capacity (``capacity_wait_days``, :func:`billed`; 0 off the spot market)."""
+    return (float(ev.metrics["finish_days"]) - float(ev.metrics.get("capacity_wait_days", 0.0))) * DAY
+
+
 def power_cards(sc: Scenario, offer: M.Offer) -> int:
     """The most cards of the offer the site power cap admits (``power.site``; no cap: the scenario's max)."""
     cap = sc.market.site_power_w
@@ -121,20 +142,30 @@ def charges_checkpoints(sc: Scenario, offer: M.Offer) -> bool:
 
 
 def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
-    """``ev`` (evaluated on the offer's scenario) with its cost the offer's bill plus the checkpoints' storage
-    and egress, ``budget.cost`` checked on that, ``cards.max`` at the scenario's own cap, and the
-    ``market.available`` check added."""
-    finish = ev.metrics["finish_days"] * DAY
-    compute = M.billed_cost(offer, ev.plan.cards, finish)
-    storage, egress = checkpoint_costs(sc, offer, finish)
+    """``ev`` (evaluated on the offer's :func:`solving_scenario`) with its cost the offer's bill plus the
+    checkpoints' storage and egress, ``budget.cost`` checked on that, ``cards.max`` at the scenario's own cap, and
+    the ``market.available`` check added. On a spot offer (a mix: its spot part's) the finish is the expected
+    calendar finish with the waits for capacity, R + (f - R) / a (:func:`tpopt.models.market.capacity_finish_s`;
+    ``capacity_wait_days`` the waits, ``spot_availability`` a), and without a confidence the deadline check is
+    that finish against the deadline; the bill is of the run on capacity ``f`` (a day without capacity rents
+    nothing; the checkpoints' storage over the waits is left out too)."""
+    run = ev.metrics["finish_days"] * DAY
+    a = M.spot_availability(offer)
+    finish = M.capacity_finish_s(sc.task.reserved_s, run, a)
+    compute = M.billed_cost(offer, ev.plan.cards, run)
+    storage, egress = checkpoint_costs(sc, offer, run)
     cost = compute + storage + egress
     metrics = dict(ev.metrics, cost=cost, cost_unit="USD", compute_cost=compute, checkpoint_storage_cost=storage,
-                   checkpoint_egress_cost=egress, billed_hours=M.billed_seconds(
-        offer, ev.metrics["finish_days"] * DAY) / HOUR,
-        preemptions_per_hour=ev.plan.cards * offer.preempt_per_card_hour if offer.market == M.SPOT else 0.0)
+                   checkpoint_egress_cost=egress, billed_hours=M.billed_seconds(offer, run) / HOUR,
+                   preemptions_per_hour=ev.plan.cards * offer.preempt_per_card_hour if offer.market == M.SPOT else 0.0,
+                   finish_days=finish / DAY, capacity_wait_days=(finish - run) / DAY, spot_availability=a)
+    nominal = sc.task.confidence is None and a < 1.0
     checks = []
     for c in ev.constraints:
-        if c.name == F.BUDGET:
+        if c.name == F.DEADLINE and nominal:  # decided on the run deadline R + a (D - R): the same verdict
+            limit = F.limit(F.DEADLINE, sc) / DAY
+            c = replace(c, value=finish / DAY, limit=limit, slack=limit - finish / DAY)
+        elif c.name == F.BUDGET:
             c = replace(c, value=cost, slack=c.limit - cost, binding=abs(c.limit - cost) <= REL * max(c.limit, 1.0))
         elif c.name == F.CARDS:
             most = F.limit(F.CARDS, sc)
@@ -201,12 +232,14 @@ def solve_offer(sc: Scenario, offer: M.Offer, solver: Solver, req: Request,
     clock = clock_of(req)  # the run's one clock (shared by every offer: replace(req) keeps it)
     if clock.expired(SOLVING_OFFERS):  # no offer is started once it has run out: not decided, never skipped
         return OfferSolve(offer, sub, Status.UNKNOWN, None, 0, "not started (time limit reached)")
-    space = Space.from_scenario(sub)
+    solving = solving_scenario(sub)
+    space = Space.from_scenario(solving)
     run = choose(space, solver, req.method)
     counts = [n for n in card_counts(space.domains) if n <= F.limit(F.CARDS, sub) and offer.cards_fit(n)
               and (req.cards is None or n in req.cards)]
     if offer.linear and not charges_checkpoints(sc, offer):
-        r = core.solve(sub, run, replace(req, top=1, cards=tuple(counts) if offer.parts else req.cards), space=space)
+        r = core.solve(solving, run, replace(req, top=1, cards=tuple(counts) if offer.parts else req.cards),
+                       space=space)
         one = billed(sc, offer, r.best) if r.best is not None else None
         return OfferSolve(offer, sub, r.status, one, 1, "one solve", space.size())
     enforced = req.enforced(FAMILIES)
@@ -222,7 +255,8 @@ def solve_offer(sc: Scenario, offer: M.Offer, solver: Solver, req: Request,
         if clock.expired(SOLVING_OFFERS):  # the card counts left are not searched: nothing is proven
             proven = False
             break
-        r = core.solve(sub, run, replace(req, objective="time", enforce=inner, cards=(n,), top=1), space=space)
+        r = core.solve(solving, run, replace(req, objective="time", enforce=inner, cards=(n,), top=1),
+                       space=space)
         solves += 1
         proven &= r.status in PROVEN
         if r.best is None:
@@ -260,7 +294,8 @@ def offer_fronts(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
         groups.sort(key=lambda g: min(floors[o.id] for o in g[0]))
     best = math.inf
     for offers, subs in groups:
-        space = Space.from_scenario(MF.front_scenario(sc, subs))
+        solving = [solving_scenario(s) for s in subs]
+        space = Space.from_scenario(MF.front_scenario(sc, solving))
         if choose(space, solver, req.method).name != EXHAUSTIVE:
             continue
         if bound and min(floors[o.id] for o in offers) > best * (1 + SKIP_MARGIN):
@@ -272,11 +307,11 @@ def offer_fronts(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
                         for o, s in zip(offers, subs, strict=True)})
             continue
         front = MF.build_front(space, req, clock)
-        for o, s in zip(offers, subs, strict=True):
-            priced = MF.price_front(front, sc, s, o, req, partial(checkpoint_charge, sc, o))
+        for o, s, solve_s in zip(offers, subs, solving, strict=True):
+            priced = MF.price_front(front, sc, solve_s, o, req, partial(checkpoint_charge, sc, o))
             i = MF.front_pick(front, priced, req.objective,
                               o.linear and not charges_checkpoints(sc, o))
-            one = billed(sc, o, MF.front_plan(front, s, i)) if i is not None else None
+            one = billed(sc, o, MF.front_plan(front, solve_s, i)) if i is not None else None
             status = (Status.OPTIMAL if one is not None else Status.INFEASIBLE) if front.complete else \
                 (Status.FEASIBLE if one is not None else Status.UNKNOWN)
             out[o.id] = OfferSolve(o, s, status, one, 0, FRONT, space.size())
@@ -437,16 +472,26 @@ def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[st
                    risk=replace(sub.risk, preempt_rate_per_card_s=0.0, reacquire_s=0.0))
     without = evaluate(calm, ev.plan)
     n, mode = ev.plan.cards, ev.plan.save_mode
-    f, f0 = ev.metrics["finish_days"] * DAY, without.metrics["finish_days"] * DAY
+    f, f0 = run_finish_s(ev), without.metrics["finish_days"] * DAY  # on capacity (the waits are not preemptions')
     return {"preemptions_per_hour": lam * HOUR, "rate_per_card_hour": offer.preempt_per_card_hour,
             "rate_source": offer.preempt_source, "reacquire_s": offer.reacquire_s,
             "expected_preemptions": lam * ev.metrics["train_days"] * DAY, "seconds_lost_per_preemption": per_event,
             "time_cost_days": (f - f0) / DAY,
             "cost": M.billed_cost(offer, n, f) + checkpoint_costs(sub, offer, f)[0]
             - M.billed_cost(offer, n, f0) - checkpoint_costs(sub, offer, f0)[0],
-            "save_interval_s": ev.plan.save_interval_s,
+            "save_interval_s": ev.plan.save_interval_s, "interval_basis": interval_basis(sub, ev),
             "optimal_interval_s": float(T.optimal_save_interval(sub, n, mode)),
             "optimal_interval_without_s": float(T.optimal_save_interval(calm, n, mode))}
+
+
+def interval_basis(sub: Scenario, ev: Evaluation) -> str:
+    """Where the plan's save interval comes from: "stated" (one of the scenario's ``checkpoint.save_interval``
+    values), "write time" (auto: the optimum for the combined failure rate raised to the checkpoint's write
+    time, :func:`tpopt.models.terms.optimal_save_interval`) or "optimum" (auto: the optimum itself)."""
+    tau = ev.plan.save_interval_s
+    if any(v > 0 and math.isclose(v, tau, rel_tol=1e-12) for v in sub.search.save_interval_s):
+        return "stated"
+    return "write time" if tau <= T.checkpoint_write_time(sub) * (1 + 1e-12) else "optimum"
 
 
 def offer_dict(offer: M.Offer, as_of: str) -> dict[str, Any]:
@@ -474,17 +519,34 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
         if r.best is not None:
             e = T.evidence_of(r.sc, r.best.plan.accelerator, float(r.best.plan.cards), float(r.best.plan.ep))
             row.update({"cards": r.best.plan.cards, "finish_days": r.best.metrics["finish_days"],
-                        "cost": r.best.metrics["cost"], "priors_only": e["card"] == "prior", "step_sigma": e["sigma"]})
+                        "cost": r.best.metrics["cost"], "priors_only": e["card"] == "prior", "step_sigma": e["sigma"],
+                        **capacity_entries(r.offer, r.best)})
         rows.append(row)
     out: dict[str, Any] = {"as_of": as_of, "offers": rows, "offer": None, **decided_entries(ms)}
     if ms.pick is not None and ms.pick.best is not None:
         out["offer"] = offer_dict(ms.pick.offer, as_of)
         out["spot_share"] = ms.pick.offer.spot_share
+        out["capacity"] = capacity_figures(ms.pick.offer, ms.pick.best) if ms.pick.offer.spot_share > 0 else None
         out["preemption"] = preemption_figures(ms.pick.sc, ms.pick.offer, ms.pick.best) \
             if ms.pick.offer.market == M.SPOT else None
         out["power"] = power_figures(sc, ms.pick.offer, ms.pick.best, ms.power_binding)
         out["checkpoints"] = checkpoint_figures(sc, ms.pick.offer, ms.pick.best)
     return out
+
+
+def capacity_entries(offer: M.Offer, ev: Evaluation) -> dict[str, Any]:
+    """An offer row's capacity figures: P(spot capacity on a day) and the expected waits in its finish (none off
+    the spot market)."""
+    a = M.spot_availability(offer)
+    return {} if a >= 1.0 else {"spot_availability": a, "capacity_wait_days": ev.metrics.get("capacity_wait_days")}
+
+
+def capacity_figures(offer: M.Offer, ev: Evaluation) -> dict[str, Any]:
+    """The chosen spot plan's capacity assumption: P(capacity obtainable on a day) a and where it comes from,
+    and the expected waits its finish counts, (its run on capacity) x (1 - a) / a
+    (:func:`tpopt.models.market.capacity_wait_s`; not billed)."""
+    return {"availability_per_day": M.spot_availability(offer), "source": M.spot_availability_source(offer),
+            "wait_days": float(ev.metrics.get("capacity_wait_days", 0.0))}
 
 
 def decided_entries(ms: MarketSolve) -> dict[str, Any]:
@@ -515,14 +577,15 @@ def checkpoint_figures(sc: Scenario, offer: M.Offer, ev: Evaluation) -> dict[str
 
 def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | None) -> dict[str, Any] | None:
     """Site power (MW), IT power, PUE, energy over the run (MWh, at training power for the whole finish
-    time: an upper bound), the cap and whether it binds; None when the card's power is not in the catalog."""
+    time less the waits for spot capacity: an upper bound), the cap and whether it binds; None when the card's power
+    is not in the catalog."""
     p = offer.power
     if p is None:
         return None
     n, cph = ev.plan.cards, offer.cards_per_host
     site = M.site_power_w(p, offer.pue, n, cph)
     cap = sc.market.site_power_w
-    mwh = M.energy_mwh(p, offer.pue, n, cph, ev.metrics["finish_days"] * DAY)
+    mwh = M.energy_mwh(p, offer.pue, n, cph, run_finish_s(ev))  # on capacity: a day without it draws nothing
     return {"site_mw": site / 1e6, "it_mw": site / offer.pue / 1e6, "pue": offer.pue, "pue_source": offer.pue_source,
             "card_w": p.training_w, "board_w": p.board_w, "host_overhead_w": p.host_overhead_w, "source": p.source,
             "energy_mwh": mwh, "cap_mw": None if cap is None else cap / 1e6,
@@ -530,8 +593,9 @@ def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | 
             "region": f"{offer.provider}/{offer.region}", **M.energy_figures(offer.energy, mwh)}
 
 
-__all__ = ["offer_scenario", "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
+__all__ = ["offer_scenario", "solving_scenario", "run_finish_s", "capacity_entries", "capacity_figures",
+           "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
            "MarketSolve", "OfferSolve", "checkpoint_gb", "checkpoint_costs", "checkpoint_figures",
            "charges_checkpoints", "offer_fronts", "build_fronts",
            "offer_bound", "bounds_hold", "decided", "BOUND", "checkpoint_charge", "decided_entries", "FRONT",
-           "preemption_source", "preemption_figures", "offer_dict", "market_entries"]
+           "preemption_source", "preemption_figures", "interval_basis", "offer_dict", "market_entries"]

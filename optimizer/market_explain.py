@@ -194,7 +194,7 @@ def surely_late(sc: Scenario, offer: M.Offer, req: Request) -> bool:
     enforced = req.enforced(FAMILIES)
     if F.DEADLINE not in enforced or F.CARDS not in enforced or sc.task.confidence is not None:
         return False
-    sub = MK.offer_scenario(sc, offer)
+    sub = MK.solving_scenario(MK.offer_scenario(sc, offer))  # a spot offer: against the run deadline
     return finish_floor_s(sub) > F.limit(F.DEADLINE, sub) * (1 + SAFE)
 
 
@@ -213,14 +213,16 @@ def market_with_plan(sc: Scenario, solver: Solver, req: Request) -> MK.MarketSol
     return ms if _has_plan(ms) else None
 
 
-def market_value(sc: Scenario, name: str, value: float, current: float, solver: Solver, req: Request
-                 ) -> tuple[float, MK.MarketSolve | None] | None:
+def market_value(sc: Scenario, name: str, value: float, current: float, solver: Solver, req: Request,
+                 confirm: bool = False) -> tuple[float, MK.MarketSolve | None] | None:
     """The smallest change of input ``name`` (display units, at its printed precision) that makes the market
     ``sc`` admit a plan, from ``value`` (the nearest offer's answer) and ``current`` (the scenario's, no plan):
     the market at the returned value has a plan and one printed unit less favourable has none (bisection on the
     printed grid between ``current`` and ``value`` when that unit admits one), and the market's solve at it (None:
     ``value`` itself, which the nearest offer's own re-solve confirmed). None: the market at ``value`` has no plan
-    (a budget: a bill the offer's own cost does not see)."""
+    (a budget: a bill the offer's own cost does not see; ``confirm``: the nearest offer's answer read its finish
+    without the waits for spot capacity, which the market's verdict counts, so ``value`` is solved on the market
+    too)."""
     p = PARAMS[name]
     step = 10.0 ** -p.digits
     up = p.direction == ">="
@@ -230,7 +232,7 @@ def market_value(sc: Scenario, name: str, value: float, current: float, solver: 
 
     good_i = round(value / step)
     ok: MK.MarketSolve | None = None  # the nearest offer's own re-solve already has a plan at ``value``
-    if name == "max_cost":  # ... on the offer's cost; the market's bill (billing steps, checkpoints) may differ
+    if name == "max_cost" or confirm:  # ... on the offer's cost (the market's bill: billing steps, checkpoints)
         ok = at(good_i)
         if ok is None:
             return None
@@ -304,9 +306,10 @@ def market_max_cards(sc: Scenario, d: dict[str, Any], solver: Solver, req: Reque
 
 
 def market_relaxation(sc: Scenario, r: Relaxation, solver: Solver, req: Request, offer: str,
-                      own_cap: bool = False) -> dict[str, Any]:
+                      own_cap: bool = False, confirm: bool = False) -> dict[str, Any]:
     """One relaxation of the nearest offer as the market's answer (module, 3; ``own_cap``: the scenario's
-    max_cards is that offer's card cap, so its relaxation is the market's, :func:`market_max_cards`)."""
+    max_cards is that offer's card cap, so its relaxation is the market's, :func:`market_max_cards`; ``confirm``:
+    :func:`market_value`'s)."""
     d = r.as_dict(sc.task.confidence)
     if r.parameter == "max_cards" and own_cap and r.helps is not None and isinstance(r.current, int | float):
         return market_max_cards(sc, d, solver, req)
@@ -316,7 +319,7 @@ def market_relaxation(sc: Scenario, r: Relaxation, solver: Solver, req: Request,
     d["scope"] = "market"
     if r.helps is not True or not isinstance(r.required, float | int) or not isinstance(r.current, float | int):
         return d
-    found = market_value(sc, r.parameter, float(r.required), float(r.current), solver, req)
+    found = market_value(sc, r.parameter, float(r.required), float(r.current), solver, req, confirm)
     if found is None:
         d.update(helps=None, method="undecided", note=f"{offer}'s answer not confirmed on the market")
         return d
@@ -349,18 +352,25 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     tell("the offer nearest a plan")
     kept: dict[str, Space] = {}
     row, fastest = nearest_offer(ms, solver, req, kept)
-    osc = row.sc
+    a = M.spot_availability(row.offer)
+    waits = sc.task.confidence is None and a < 1.0  # its plans wait for spot capacity: solved on the run deadline
+    osc = MK.solving_scenario(row.sc)
+    if waits and fastest is not None:  # its fastest plan's expected calendar finish
+        fastest = M.capacity_finish_s(sc.task.reserved_s, fastest * DAY, a) / DAY
     cap = osc.search.max_cards
     near = {"offer": row.offer.id, "accelerator": row.offer.accelerator, "fastest_finish_days": fastest,
             "max_cards": cap, "available": row.offer.available,
             "cards_cap": F.MARKET_AVAILABLE if cap == row.offer.available  # max_cards may equal it: both bind
             else "search.max_cards" if cap == sc.search.max_cards else F.POWER_SITE}
+    if waits:  # its conflict is on the run deadline: say so
+        near["spot_availability"], near["run_deadline_days"] = a, F.limit(F.DEADLINE, osc) / DAY
     out: dict[str, Any] = {"market_conflict": near, "conflict": [], "conflict_detail": [], "relaxations": []}
     ctx = Context.of(osc, solver, req, None, None, None)
     try:
         with clock_of(req).stoppable("finding the conflict", keep_finished=True):
             tell(f"a minimal set of conflicting constraints on {row.offer.id}")
-            space = kept.get(row.offer.id) or Space.from_scenario(osc)
+            space = kept.get(row.offer.id) if not waits else None
+            space = space or Space.from_scenario(osc)
             core_ = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
             detail = conflict_detail(ctx, core_)
     except (Undecided, TimeLimitReached):
@@ -369,12 +379,31 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     names = [n for n in PARAMS if n not in OFFER_ONLY]
     rels = relaxations(osc, ctx.backend, req, core=core_, enforced=ctx.enforced, ctx=ctx, only=names,
                        progress=progress)
+    if waits:
+        rels = [calendar_deadline(sc, r, a) for r in rels]
     out.update(conflict=core_, conflict_detail=detail,
                relaxations=[market_relaxation(sc, r, solver, req, row.offer.id,
-                                              own_cap=near["cards_cap"] == "search.max_cards") for r in rels])
+                                              own_cap=near["cards_cap"] == "search.max_cards", confirm=waits)
+                            for r in rels])
     if near["cards_cap"] != "search.max_cards":
         offer_cap(out, dict(near, max_cards=sc.search.max_cards))
     return out
+
+
+def calendar_deadline(sc: Scenario, r: Relaxation, a: float) -> Relaxation:
+    """A relaxation of a nearest offer whose plans wait for spot capacity (solved on the run deadline
+    R + a (D - R), :func:`tpopt.optimizer.market.solving_scenario`) in the user's terms: a deadline's run value
+    D' as the calendar deadline R + (D' - R) / a, rounded up to its printed unit (towards a plan), the current the
+    scenario's; the other inputs as they are (the market confirms each, :func:`market_value`)."""
+    if r.parameter != "deadline" or not isinstance(r.required, float | int):
+        return r
+    p = PARAMS["deadline"]
+    R = sc.task.reserved_s / DAY
+    cal = R + (float(r.required) - R) / a
+    up = math.ceil(cal * 10 ** p.digits - 1e-9) / 10 ** p.digits
+    old, new = f"{float(r.required):.{p.digits}f}", f"{up:.{p.digits}f}"
+    apply = {k: v.replace(old, new) if isinstance(v, str) else up for k, v in (r.apply or {}).items()} or None
+    return replace(r, current=F.limit(F.DEADLINE, sc) / DAY, required=up, required_exact=None, apply=apply, plan=None)
 
 
 def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:

@@ -21,12 +21,15 @@ the optimum over all plans equals the optimum over ``{p*_g}``, with the same tie
 *Proof.* Take any plan ``p`` of group ``g`` feasible on an offer ``o``. It meets the offer-independent
 families, so ``p*_g`` exists and ``t(p*_g) <= t(p)``. The offer-dependent families are
 ``deadline.finish`` (its value is ``T`` or its chance-equivalent ``R + (D - R) t / t_max``, both
-non-decreasing in ``t``; ``t_max`` is the group's), ``checkpoint.backlog`` (``c <= tau``: the group's),
-``cards.max`` (n: the group's) and ``budget.cost`` (the bill, non-decreasing in ``T``): each holds for
-``p*_g`` when it holds for ``p``. Both objective keys, (cost, finish) and (finish, cost), are
-non-decreasing in ``t`` within ``g``, so ``key(p*_g) <= key(p)``; equal keys within ``g`` need equal ``t``
-(T is strictly increasing in ``t``), and then ``p*_g`` comes first in enumeration order, so the
-enumerator's tie-break picks it too. Hence every plan is matched or beaten by its group's front plan. QED.
+non-decreasing in ``t``; ``t_max`` is the group's; on a spot offer without a confidence ``T`` is checked
+against the run deadline ``R + a (D - R)``, the same verdict as the expected calendar finish
+``R + (T - R) / a``, increasing in ``T``, against ``D``: :func:`tpopt.optimizer.market.solving_scenario`),
+``checkpoint.backlog`` (``c <= tau``: the group's), ``cards.max`` (n: the group's) and ``budget.cost`` (the
+bill, non-decreasing in ``T``): each holds for ``p*_g`` when it holds for ``p``. Both objective keys, (cost,
+finish) and (finish, cost), are non-decreasing in ``t`` within ``g``, so ``key(p*_g) <= key(p)``; equal keys
+within ``g`` need equal ``t`` (T is strictly increasing in ``t``, and so is a spot offer's calendar finish), and
+then ``p*_g`` comes first in enumeration order, so the enumerator's tie-break picks it too. Hence every plan is
+matched or beaten by its group's front plan. QED.
 
 *The save mode and interval.* No term of the step or of a layout family declares the save mode or the
 save interval (:mod:`tpopt.models.layout`: a term reads the variables it declares; only the deadline terms

@@ -61,8 +61,7 @@ def terms_of(spot: M.Offer) -> S.SpotTerms:
                        availability=M.spot_availability(spot),
                        rate_cv=S.DEFAULT_RATE_CV if spot.preempt_rate_cv is None else spot.preempt_rate_cv,
                        preempt_source=spot.preempt_source,
-                       availability_source=(S.DEFAULT_AVAILABILITY_SOURCE if spot.availability is None
-                                            else spot.availability_source or spot.source),
+                       availability_source=M.spot_availability_source(spot),
                        rate_cv_source=(S.DEFAULT_RATE_CV_SOURCE if spot.preempt_rate_cv is None
                                        else spot.preempt_rate_cv_source or spot.source))
 

@@ -39,6 +39,7 @@ from tpopt.models.market import MarketOptions, Offer
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import Space
+from tpopt.presentation import market_lines
 
 HOUR, DAY = 3600.0, 86400.0
 REGIONS = """
@@ -128,9 +129,35 @@ def on_offer(sc, o: Offer):
                    search=replace(sc.search, accelerators=(o.accelerator,)))
 
 
+SPOT_AVAILABILITY = 0.9
+"""P(spot capacity obtainable on a day) of a spot offer that states none: the stated default (docs/market.md)."""
+
+
+def availability(o: Offer) -> float:
+    """P(capacity on a day) the offer's run waits on: 1 off the spot market; a spot offer's own, else 0.9; a mix
+    its spot part's (the job runs on all its cards)."""
+    if o.parts:
+        return min(availability(part) for part, _ in o.parts)
+    if o.market != "spot":
+        return 1.0
+    return SPOT_AVAILABILITY if o.availability is None else o.availability
+
+
+def calendar(sc, o: Offer, finish_s: float) -> float:
+    """The expected calendar finish of a run finishing at ``finish_s`` on capacity: each day on capacity is
+    followed by a Geometric number of days without it, mean (1 - a) / a, so the run's finish_s - R seconds take
+    (finish_s - R) / a; the reserved R is not stretched."""
+    R = sc.task.reserved_s
+    return R + (finish_s - R) / availability(o)
+
+
 def brute(sc, o: Offer):
     """(bill, finish s, plan) of the cheapest feasible plan on ``o`` (every family; the budget on the bill;
-    at most min(max_cards, available) cards); None when none."""
+    at most min(max_cards, available) cards); None when none. Without a confidence, on a spot offer the deadline
+    is met by the expected calendar finish with the waits for capacity (:func:`calendar`; the finish returned),
+    and the bill is of the run on capacity."""
+    waits = sc.task.confidence is None and availability(o) < 1.0
+    deadline_families = {F.DEADLINE, F.STEP_BUDGET} if waits else set()
     sub = on_offer(sc, o)
     space = Space.from_scenario(sub)
     best = None
@@ -141,10 +168,13 @@ def brute(sc, o: Offer):
         if any((share * plan.cards) % 8 for _, share in o.parts):  # each part rents whole 8-card hosts
             continue
         ev = evaluate(sub, plan)
-        if not all(c.satisfied for c in ev.constraints if c.name != F.BUDGET):
+        if not all(c.satisfied for c in ev.constraints if c.name != F.BUDGET and c.name not in deadline_families):
             continue
-        f = ev.metrics["finish_days"] * DAY
-        cost = bill(o, plan.cards, f, sc)
+        run = ev.metrics["finish_days"] * DAY
+        f = calendar(sc, o, run)
+        if waits and f > sc.task.deadline_s:
+            continue
+        cost = bill(o, plan.cards, run, sc)
         if sc.cost.max_cost is not None and cost > sc.cost.max_cost * (1 + 1e-9):
             continue
         if best is None or (cost, f) < (best[0] * (1 - 1e-9), best[1]):
@@ -305,6 +335,147 @@ def test_availability_caps_the_plan(tmp_path):
     assert ref is not None and ref[2].cards > 8 and math.isclose(pr.best.metrics["cost"], ref[0], rel_tol=1e-9)
 
 
+# ---------------------------------------------------------------------------------------------
+# the nominal finish counts the waits for spot capacity
+
+
+def _capacity_market(tmp_path, spot_availability=None, reserved="2h", offers=("od", "spot")):
+    """An on-demand and a spot H100 offer of one region; the spot offer's P(capacity on a day) as given (None:
+    not stated, the default 0.9); 2 h reserved, which the waits do not stretch."""
+    extra = 'preempt_per_card_hour = 0.002\nreacquire = "1h"'
+    if spot_availability is not None:
+        extra += f'\navailability = {spot_availability!r}\navailability_source = "test"'
+    text = REGIONS + offer_table("od", "cloud-a", "east", "h100-sxm", "on-demand", 3.0) + offer_table(
+        "spot", "cloud-a", "east", "h100-sxm", "spot", 1.6, extra=extra)
+    raw = raw_scenario(list(offers))
+    raw["schedule"]["reserved"] = reserved
+    return build_scenario(raw, catalog_with(tmp_path, text))
+
+
+def fastest_run(sc, o: Offer) -> float:
+    """The least finish on capacity (s) of any plan on ``o`` meeting every family but the deadline's and the
+    budget (every plan of the offer's space evaluated here)."""
+    sub = on_offer(sc, o)
+    space = Space.from_scenario(sub)
+    skip = {F.DEADLINE, F.STEP_BUDGET, F.BUDGET}
+    best = math.inf
+    for combo in itertools.product(*(range(len(v)) for v in space.domains.values())):
+        plan = space.plan(dict(zip(space.domains, combo, strict=True)))
+        if plan.cards > min(sc.search.max_cards, o.available):
+            continue
+        ev = evaluate(sub, plan)
+        if all(c.satisfied for c in ev.constraints if c.name not in skip):
+            best = min(best, ev.metrics["finish_days"] * DAY)
+    return best
+
+
+def test_a_spot_plan_on_time_only_if_capacity_never_lapses_is_rejected(tmp_path):
+    """The fastest spot run finishes at f on capacity; with the deadline at D = R + (f - R) / 0.95 it meets D when
+    capacity is always there (a = 1) and misses it at a = 0.9, its expected calendar finish R + (f - R) / 0.9 > D:
+    the spot offer has no plan, the market takes on-demand, whose row is the same in both markets."""
+    always = _capacity_market(tmp_path, 1.0)
+    spot = always.market.offers[1]
+    R = always.task.reserved_s
+    f = fastest_run(always, spot)
+    D = R + (f - R) / 0.95
+    assert R + (f - R) / 0.9 > D > f
+    at = {a: replace(sc, task=replace(sc.task, deadline_s=D))
+          for a, sc in ((1.0, always), (0.9, _capacity_market(tmp_path)))}
+    assert brute(at[1.0], at[1.0].market.offers[1]) is not None and brute(at[0.9], at[0.9].market.offers[1]) is None
+    rows = {}
+    for a, sc in at.items():
+        pr = P.plan(sc, "cpsat", Request(method="monolithic"))
+        assert pr.status == Status.OPTIMAL
+        rows[a] = {r["offer"]: r for r in pr.report["market"]["offers"]}
+        assert pr.report["market"]["offer"]["market"] == ("spot" if a == 1.0 else "on-demand")
+    assert rows[0.9]["cloud-a/east/h100-sxm/spot"]["status"] == "infeasible"
+    assert rows[1.0]["cloud-a/east/h100-sxm/spot"]["cards"] > 0
+    od = "cloud-a/east/h100-sxm/on-demand"
+    assert rows[0.9][od] == rows[1.0][od] and "capacity_wait_days" not in rows[0.9][od]
+
+
+def test_the_waits_lengthen_the_finish_and_bill_nothing(tmp_path):
+    """A loose deadline: the same cheapest spot plan at a = 1 and at a = 0.9 (default, not stated), the same
+    bill (a day without capacity rents nothing); the finish R + (f - R) / 0.9 for its finish f at a = 1, the
+    deadline check on it, and the report saying on what share of days capacity was assumed."""
+    one = P.plan(_capacity_market(tmp_path, 1.0, offers=("spot",)), "enumerate")
+    sc = _capacity_market(tmp_path, offers=("spot",))
+    nine = P.plan(sc, "enumerate")
+    assert nine.best.plan == one.best.plan
+    assert math.isclose(nine.best.metrics["cost"], one.best.metrics["cost"], rel_tol=1e-12)
+    R, f = sc.task.reserved_s, one.best.metrics["finish_days"] * DAY
+    want = R + (f - R) / 0.9
+    assert math.isclose(nine.best.metrics["finish_days"] * DAY, want, rel_tol=1e-12)
+    assert math.isclose(nine.best.metrics["capacity_wait_days"] * DAY, want - f, rel_tol=1e-9)
+    assert one.best.metrics["capacity_wait_days"] == 0.0
+    deadline = next(c for c in nine.best.constraints if c.name == F.DEADLINE)
+    assert math.isclose(deadline.value * DAY, want, rel_tol=1e-12) and deadline.limit * DAY == sc.task.deadline_s
+    text = "\n".join(market_lines(nine.report))
+    assert "Spot capacity: obtainable on 90% of days (assumption: illustrative" in text
+    assert f"the finish counts {(want - f) / DAY:.2f} d of expected waits" in text and "not billed" in text
+    assert "capacity on 90% of days: +" in text  # the offer's row says it too
+    assert "Spot capacity: obtainable on every day (test); no waits" in "\n".join(market_lines(one.report))
+
+
+def test_the_cost_quantiles_do_not_bill_the_waits(tmp_path):
+    """Under a confidence the finish's law counts the waits (its capacity source) and the cost quantiles do not:
+    the same plan at a = 1 and a = 0.9 has the same cost quantiles, and a mean finish later by at least the
+    waits' mean over its useful training W, W (1 - a) / a (the law's exposure grows with the redone work and the
+    step error's mean exp(sigma^2 / 2) >= 1 on top)."""
+    reports = {}
+    for a in (1.0, None):
+        sc = _capacity_market(tmp_path, a, offers=("spot",))
+        reports[a] = P.plan(replace(sc, task=replace(sc.task, confidence=0.9)), "enumerate")
+    one, nine = reports[1.0], reports[None]
+    assert one.best.plan == nine.best.plan
+    d1, d9 = one.report["finish_distribution"], nine.report["finish_distribution"]
+    for k in d1["cost"]:
+        assert math.isclose(d9["cost"][k], d1["cost"][k], rel_tol=1e-9), k
+    waits = nine.best.metrics["train_days"] * (1 - 0.9) / 0.9
+    assert d9["mean_finish_days"] - d1["mean_finish_days"] >= waits * (1 - 1e-9)
+
+
+def test_explain_on_a_spot_offer_late_only_for_the_waits(tmp_path):
+    """A spot-only market whose fastest run (f on capacity) meets D = R + (f - R) / 0.95 only if capacity never
+    lapses: no plan at a = 0.9; explained on the run deadline (the conflict names deadline.finish), and the
+    deadline it needs is the least printed value (0.01 d) at or above the fastest plan's calendar finish
+    R + (f - R) / 0.9, confirmed on the market."""
+    always = _capacity_market(tmp_path, 1.0, offers=("spot",))
+    R = always.task.reserved_s
+    f = fastest_run(always, always.market.offers[0])
+    sc = _capacity_market(tmp_path, offers=("spot",))
+    sc = replace(sc, task=replace(sc.task, deadline_s=R + (f - R) / 0.95))
+    pr = P.plan(sc, "cpsat", Request(method="monolithic"), why=True)
+    assert pr.status == Status.INFEASIBLE
+    assert F.DEADLINE in pr.report["conflict"]
+    near = pr.report["market_conflict"]
+    assert math.isclose(near["run_deadline_days"] * DAY, R + 0.9 * (sc.task.deadline_s - R), rel_tol=1e-12)
+    d = next(r for r in pr.report["relaxations"] if r["parameter"] == "deadline")
+    assert d["required"] == math.ceil((R + (f - R) / 0.9) / DAY * 100 - 1e-9) / 100
+    assert d["market_check"]["feasible_at"] == d["required"]
+    assert d["apply"] == {"schedule.deadline": f"{d['required']:.2f}d"}
+
+
+def test_the_spot_line_says_where_the_save_interval_comes_from(tmp_path):
+    """A stated checkpoint.save_interval (1,800 s) is named as stated beside the optimum it is not; "auto" is
+    named as the optimum for the combined failure rate (the plan's interval is that optimum)."""
+    raw = raw_scenario(["spot"])
+    raw["checkpoint"] = {"save_interval": "1800s", "mode": "sync"}
+    text = REGIONS + offer_table("spot", "cloud-a", "east", "h100-sxm", "spot", 1.6,
+                                 extra='preempt_per_card_hour = 0.002\nreacquire = "1h"')
+    stated = P.plan(build_scenario(raw, catalog_with(tmp_path, text)), "enumerate")
+    p = stated.report["market"]["preemption"]
+    assert p["save_interval_s"] == 1800 and abs(p["optimal_interval_s"] - 1800) > 1 and p["interval_basis"] == "stated"
+    assert "save interval 1,800 s, stated (checkpoint.save_interval; the optimum for the combined failure rate is " \
+        f"{p['optimal_interval_s']:,.0f} s" in " ".join(market_lines(stated.report))
+    raw["checkpoint"]["save_interval"] = "auto"
+    auto = P.plan(build_scenario(raw, catalog_with(tmp_path, text)), "enumerate")
+    p = auto.report["market"]["preemption"]
+    assert p["save_interval_s"] == p["optimal_interval_s"] and p["interval_basis"] == "optimum"
+    assert f"save interval {p['save_interval_s']:,.0f} s, auto (the optimum for the combined failure rate; " \
+        in " ".join(market_lines(auto.report))
+
+
 def test_scenarios_without_market_are_unchanged(tmp_path):
     raw = raw_scenario()
     del raw["market"]
@@ -338,7 +509,7 @@ def markets(draw):
         text += offer_table(f"o{i}", "cloud-a", "east", acc, k, price, available=draw(st.sampled_from([8, 16, 64])),
                             extra=extra)
         names.append(f"o{i}")
-    deadline = draw(st.sampled_from(["5d", "20d", "60d"]))
+    deadline = draw(st.sampled_from(["10h", "5d", "20d", "60d"]))  # 10 h: near 8 H100's 8.8 h, where the waits tell
     max_cost = draw(st.one_of(st.none(), st.floats(1e3, 1e5)))
     shares = draw(st.one_of(st.none(), st.just([0.5]), st.just([0.25, 0.75])))
     keep = {"checkpoint_copies": draw(st.integers(1, 4)), "checkpoint_egress": draw(st.integers(0, 3))}

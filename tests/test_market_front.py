@@ -13,7 +13,17 @@ from functools import partial
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.test_market import REGIONS, SIX, brute, brute_market, catalog_with, markets, offer_table, raw_scenario
+from tests.test_market import (
+    REGIONS,
+    SIX,
+    brute,
+    brute_market,
+    catalog_with,
+    fastest_run,
+    markets,
+    offer_table,
+    raw_scenario,
+)
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models.units import HOUR
 from tpopt.optimizer import market as MK
@@ -167,6 +177,38 @@ def test_confidence_in_a_market_plan_counts_the_preemptions(tmp_path):
     cards, train_s = pr.best.plan.cards, pr.best.metrics["train_days"] * 86400.0
     assert math.isclose(events["preemptions"], cards * 0.002 / HOUR * train_s, rel_tol=0.05)
     assert "step_up" in d and d["step_up"]["target"] > 0.9
+
+
+def test_the_front_counts_the_waits_for_spot_capacity(tmp_path):
+    """The front on a per-operation market whose spot offer's fastest run (f on capacity, R = 2 h) meets the deadline
+    D = R + (f - R) / 0.95 only when capacity never lapses: at a = 0.9 (its expected calendar finish
+    R + (f - R) / 0.9 > D) the front has no plan on it, as the brute force; at a = 1 it has one, the brute force's
+    bill and finish; the on-demand row is the same in both (the front stays a front: the calendar finish grows with
+    the run's)."""
+    rows = {}
+    for a in (1.0, None):
+        extra = 'preempt_per_card_hour = 0.002\nreacquire = "1h"' + ("" if a is None else f"\navailability = {a!r}")
+        text = REGIONS + offer_table("od", "cloud-a", "east", "h100-sxm", "on-demand", 3.0) + offer_table(
+            "spot", "cloud-a", "east", "h100-sxm", "spot", 1.6, extra=extra)
+        raw = per_op(raw_scenario(["od", "spot"]))
+        raw["schedule"]["reserved"] = "2h"
+        sc = build_scenario(raw, catalog_with(tmp_path, text))
+        if a == 1.0:
+            R = sc.task.reserved_s
+            D = R + (fastest_run(sc, sc.market.offers[1]) - R) / 0.95
+        sc = replace(sc, task=replace(sc.task, deadline_s=D))
+        pr = P.plan(sc, "cpsat", Request(time_limit=120))
+        rows[a] = {r["offer"]: r for r in pr.report["market"]["offers"]}
+        assert {r["method"] for r in rows[a].values()} == {MK.FRONT}
+        for o in sc.market.offers:
+            b = brute(sc, o)
+            assert ("cost" in rows[a][o.id]) == (b is not None), (a, o.id)
+            if b is not None:
+                assert math.isclose(rows[a][o.id]["cost"], b[0], rel_tol=1e-9), (a, o.id)
+                assert math.isclose(rows[a][o.id]["finish_days"] * 86400.0, b[1], rel_tol=1e-9), (a, o.id)
+    spot, od = "cloud-a/east/h100-sxm/spot", "cloud-a/east/h100-sxm/on-demand"
+    assert "cost" in rows[1.0][spot] and rows[None][spot]["status"] == "infeasible"
+    assert rows[1.0][od] == rows[None][od]
 
 
 @pytest.mark.parametrize("objective", ["cost", "time"])
