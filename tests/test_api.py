@@ -59,6 +59,19 @@ def test_natural_names_and_dotted_keys_agree():
         tpopt.scenario({"deadlin": "20d"})
 
 
+@pytest.mark.parametrize("name, tables, value", [("global_batch", ("task", "search"), 384),
+                                                 ("sequence_parallel", ("memory", "search"), True)])
+def test_a_name_of_two_tables_is_ambiguous_not_unknown(name, tables, value):
+    """A key two tables hold is no natural name: the one error line names it as a key of both and the dotted
+    names that choose one, where it said "unknown scenario input 'global_batch' (did you mean 'global_batch'?)"."""
+    with pytest.raises(tpopt.InputError) as err:
+        tpopt.scenario({name: value})
+    message = str(err.value)
+    assert "unknown" not in message and "did you mean" not in message, message
+    assert all(f"'{t}.{name}'" in message for t in tables) and "\n" not in message, message
+    tpopt.scenario({f"{tables[0]}.{name}": value})  # the dotted name the message offers is taken
+
+
 def test_sources_file_tables_and_builtin_are_the_same_scenario():
     from tpopt.catalogs.scenario import read_scenario_file
 
