@@ -469,7 +469,9 @@ class RiskKeys:
     """[risk]: the finish-time distribution's inputs beyond [checkpoint] (models/finish.py, Risk)."""
 
     step_sigma: float | None = key(number(maximum=MAX_STEP_SIGMA), optional=True,
-                                   help="log-sd of measured / predicted step time (default: calibration, else 0.03)")
+                                   help="log-sd of measured / predicted step time (default: each plan's own, by "
+                                        "its distance from the evidence; flat model: the card's residual_sigma, "
+                                        "else 0.087)")
     slow_factor: float = key(number(allow_zero=False), SLOW_FACTOR, help="job slowdown while a fail-slow lasts")
     slow_duration: float = key(duration(), f"{SLOW_DURATION_S:g}s", to="slow_duration_s",
                                help="how long a fail-slow episode lasts")

@@ -4,6 +4,7 @@ declarations cover every key the shipped scenario files use."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -195,6 +196,16 @@ def test_the_key_table_lists_every_declared_key_once():
     assert [r.split(" | ")[0] for r in rows] == [f"| `{t}.{k}`" for t, k, _ in declared()]
     assert "| `task.tokens` | count (100B, 1.5T) | required |" in key_table()
     assert "| `checkpoint.restore` | duration (30d, 720h, 1800s) | `120s` |" in key_table()
+
+
+def test_the_step_sigma_help_states_the_default_the_model_takes():
+    """[risk] step_sigma's help said "else 0.03", a value no code path takes: silent, the per-operation model
+    gives each plan its own sigma and the flat model the card's residual_sigma, else DEFAULT_STEP_SIGMA."""
+    from tpopt.models.finish import DEFAULT_STEP_SIGMA
+
+    (decl,) = [d for t, k, d in declared() if (t, k) == ("risk", "step_sigma")]
+    stated = [float(x) for x in re.findall(r"\d+\.\d+", decl.help)]
+    assert stated == [DEFAULT_STEP_SIGMA], decl.help
 
 
 def test_defaults_are_read_like_given_values():
