@@ -136,3 +136,20 @@ def test_every_option_of_every_command_is_documented() -> None:
     missing = [f"{words} {flag}" for words, cmd in commands for p in cmd.params if isinstance(p, click.Option)
                for flag in p.opts + p.secondary_opts if flag.startswith("--") and flag not in named]
     assert not missing, missing
+
+
+def test_catalog_counts_on_the_catalogs_page_are_the_tools() -> None:
+    """docs/catalogs.md's "Accelerators (N)" and "Models (N)" are what `tpopt catalog ... --json` lists (they said
+    24 and 53 while the catalogs held 25 and 54: the 96 GB H100 and Llama 2 7B came in without the page)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tpopt.cli.main import cli
+
+    text = (DOCS / "catalogs.md").read_text()
+    for subject, title in (("accelerators", "Accelerators"), ("models", "Models")):
+        stated = re.search(rf"\*\*{title} \((\d+)\)\*\*", text)
+        assert stated is not None, title
+        listed = json.loads(CliRunner().invoke(cli, ["catalog", subject, "--json"]).output)
+        assert int(stated.group(1)) == len(listed), (title, stated.group(1), len(listed))
