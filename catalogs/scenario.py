@@ -120,6 +120,7 @@ NATURAL = {
     "accelerator": ("hardware.accelerator", "search.accelerator"),
     "nics_per_host": ("hardware.nics_per_host",),
     "card_hour": ("cost.card_hour",),
+    "global_batch": ("search.global_batch",),  # as --global-batch: the batches a plan may take (one fixes it)
     "save_interval": ("search.save_interval",),
     "save_mode": ("search.save_mode",),
     "mode": ("search.save_mode",),
