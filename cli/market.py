@@ -36,8 +36,7 @@ def list_offers(catalog_dirs: tuple[str, ...], hw: str | None, region: str | Non
         click.echo(dump_json(rows), nl=False)
         return
     if show_sources:
-        for r in rows:
-            click.echo(f"{r['name']} ({r['id']}, {r['date']}): {r['source']}")
+        click.echo(fit_lines("\n".join(f"{r['name']} ({r['id']}, {r['date']}): {r['source']}" for r in rows)))
         return
     heads = [head for _, head in COLUMNS] + ["terms", "notes"]
     cells = [[f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k, _ in COLUMNS]
