@@ -332,11 +332,14 @@ class StageKeys:
 
 class ReservedMessage:
     """schedule.reserved's rule message with both values and their units (read_table formats a rule's message
-    with the values read, in seconds)."""
+    with the values read, in seconds), and the knob that sets it: a question asked on the command line takes
+    tpopt init's 5 d without the user stating it, and the line that lists the defaults taken is not printed when
+    the scenario is refused."""
 
     def format(self, **v: Any) -> str:
         reserved, deadline = fmt_durations(v["reserved"], v["deadline"])
-        return f"schedule.reserved must be shorter than the deadline: reserved {reserved}, deadline {deadline}"
+        return (f"schedule.reserved must be shorter than the deadline: reserved {reserved}, deadline {deadline} "
+                "(--reserved or [schedule] reserved sets it)")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -276,7 +276,8 @@ def test_every_bound_is_enforced_with_its_message(dotted, decl):
 
 @pytest.mark.parametrize("dotted,body,expected", [
     ("schedule.reserved", 'reserved = "30d"',
-     "schedule.reserved must be shorter than the deadline: reserved 30.0 d, deadline 30.0 d"),
+     "schedule.reserved must be shorter than the deadline: reserved 30.0 d, deadline 30.0 d (--reserved or "
+     "[schedule] reserved sets it)"),
     ("input.workers", "workers = 4\nsequences_per_worker_s = 0",
      "input.sequences_per_worker_s must be positive when workers are given"),
     ("moe.imbalance", "imbalance = 0.5",
