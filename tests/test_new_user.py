@@ -99,6 +99,18 @@ def test_init_points_at_a_page_that_lists_the_defaults(tmp_path):
         assert re.search(rf"^#+ {re.escape(title)}\s*$", (ROOT / "README.md").read_text(), flags=re.M), line
 
 
+def test_the_finish_distribution_points_at_the_page_that_holds_its_models():
+    """solve --confidence prints the finish-time distribution's models and where they are told: the page that
+    holds them (docs/confidence.md), where it said "see README", whose topics moved to docs/."""
+    r = run("solve", "--confidence", "95%")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())  # the line may wrap at the output width
+    line = text[text.index("Finish-time distribution"):].split("):", 1)[0]
+    assert "README" not in line, line
+    pages = re.findall(r"docs/[a-z-]+\.md", line)
+    assert pages and all("lognormal" in (ROOT / p).read_text() for p in pages), line
+
+
 def test_init_for_another_model_and_hardware(tmp_path):
     path = tmp_path / "l70.toml"
     r = run("init", str(path), "--model", "llama3-70b", "--hw", "h100-sxm,b200")
