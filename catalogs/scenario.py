@@ -120,6 +120,7 @@ NATURAL = {
     "accelerator": ("hardware.accelerator", "search.accelerator"),
     "nics_per_host": ("hardware.nics_per_host",),
     "card_hour": ("cost.card_hour",),
+    "global_batch": ("search.global_batch",),  # as --global-batch: the batches a plan may take (one fixes it)
     "save_interval": ("search.save_interval",),
     "save_mode": ("search.save_mode",),
     "mode": ("search.save_mode",),
@@ -137,6 +138,9 @@ def natural_keys(name: str) -> tuple[str, ...]:
     tables = [t for t, keys in KEYS.items() if keys and name in keys]
     if len(tables) == 1:
         return (f"{tables[0]}.{name}",)
+    if tables:  # a key of several tables names none of them alone
+        choices = " or ".join(repr(f"{t}.{name}") for t in tables)
+        raise InputError(f"scenario input {name!r} is a key of the tables {' and '.join(tables)}: give {choices}")
     known = sorted(set(NATURAL) | {k for keys in KEYS.values() if keys for k in keys})
     import difflib  # lazy: start-up time (an unknown name only)
 

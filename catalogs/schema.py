@@ -332,11 +332,14 @@ class StageKeys:
 
 class ReservedMessage:
     """schedule.reserved's rule message with both values and their units (read_table formats a rule's message
-    with the values read, in seconds)."""
+    with the values read, in seconds), and the knob that sets it: a question asked on the command line takes
+    tpopt init's 5 d without the user stating it, and the line that lists the defaults taken is not printed when
+    the scenario is refused."""
 
     def format(self, **v: Any) -> str:
         reserved, deadline = fmt_durations(v["reserved"], v["deadline"])
-        return f"schedule.reserved must be shorter than the deadline: reserved {reserved}, deadline {deadline}"
+        return (f"schedule.reserved must be shorter than the deadline: reserved {reserved}, deadline {deadline} "
+                "(--reserved or [schedule] reserved sets it)")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -469,7 +472,9 @@ class RiskKeys:
     """[risk]: the finish-time distribution's inputs beyond [checkpoint] (models/finish.py, Risk)."""
 
     step_sigma: float | None = key(number(maximum=MAX_STEP_SIGMA), optional=True,
-                                   help="log-sd of measured / predicted step time (default: calibration, else 0.03)")
+                                   help="log-sd of measured / predicted step time (default: each plan's own, by "
+                                        "its distance from the evidence; flat model: the card's residual_sigma, "
+                                        "else 0.087)")
     slow_factor: float = key(number(allow_zero=False), SLOW_FACTOR, help="job slowdown while a fail-slow lasts")
     slow_duration: float = key(duration(), f"{SLOW_DURATION_S:g}s", to="slow_duration_s",
                                help="how long a fail-slow episode lasts")

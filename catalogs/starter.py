@@ -63,7 +63,7 @@ def scenario_text(model: str = DESIGN_MODEL, hw: tuple[str, ...] = DESIGN_HW, *,
     return f'''# tpopt scenario, written by `tpopt init` as a starting point ({origin}).
 # Edit the values, then:   tpopt solve --scenario THIS_FILE
 # Every value carries its unit (100B, 1.5T, 30d, 720h, 22GiB, 7GB/s, 40%); unknown keys are rejected.
-# Keys left out take the defaults listed in the README ("Scenario files"); commented lines show options.
+# Keys left out take the defaults listed in docs/scenarios.md ("Scenario files"); commented lines show options.
 
 [scenario]
 name = {_toml_str(name)}

@@ -21,7 +21,7 @@ def distribution_lines(e: dict[str, Any], unit: str = "USD") -> list[str]:
     labels = {s["name"]: s["label"] for s in e["sources"]}
     labels[Fn.STEP_ERROR] = "step-time model error"
     shares = ", ".join(f"{labels[k]} {_pct(v)}" for k, v in e["risk_shares"].items() if v > 0) or "none"
-    lines = ["", "Finish-time distribution (models: lognormal step-time error, Poisson events; see README):",
+    lines = ["", "Finish-time distribution (models: lognormal step-time error, Poisson events; docs/confidence.md):",
              f"  P(finish <= deadline) = {_pct(e['probability_by_deadline'])}{asked}",
              f"  finish P50 / P90 / P99: {f['p50']:.2f} / {f['p90']:.2f} / {f['p99']:.2f} d "
              f"(mean {e['mean_finish_days']:.2f} d)",

@@ -10,7 +10,7 @@ from rich.table import Table
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.market import Market, offer_toml, read_skypilot
 from tpopt.cli.common import dump_json
-from tpopt.cli.render import console_text
+from tpopt.cli.render import console_text, fit_lines, output_width, width_groups
 from tpopt.errors import InputError
 from tpopt.models.market import price_notes
 from tpopt.optimizer.market import offer_dict
@@ -36,22 +36,27 @@ def list_offers(catalog_dirs: tuple[str, ...], hw: str | None, region: str | Non
         click.echo(dump_json(rows), nl=False)
         return
     if show_sources:
-        for r in rows:
-            click.echo(f"{r['name']} ({r['id']}, {r['date']}): {r['source']}")
+        click.echo(fit_lines("\n".join(f"{r['name']} ({r['id']}, {r['date']}): {r['source']}" for r in rows)))
         return
-    t = Table(title=f"offers ({len(rows)}, prices judged at {market.as_of})", title_justify="left", show_edge=False,
-              pad_edge=False)
-    for _, head in COLUMNS:
-        t.add_column(head, no_wrap=True)
-    t.add_column("terms", no_wrap=True)
-    t.add_column("notes")
-    for r in rows:
-        terms = f"term {r['term_days']:g} d" if r["term_days"] is not None else f"billed per {r['billing_s']:g} s"
-        t.add_row(*(f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k, _ in COLUMNS), terms,
-                  "; ".join(r["notes"]) or "-")
-    click.echo(console_text(t, width=200), nl=False)
-    click.echo("[market] offers takes a name or an offer; every price has a date and a source: tpopt catalog offers "
-               "--sources (or --json).")
+    heads = [head for _, head in COLUMNS] + ["terms", "notes"]
+    cells = [[f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k, _ in COLUMNS]
+             + [f"term {r['term_days']:g} d" if r["term_days"] is not None else f"billed per {r['billing_s']:g} s",
+                "; ".join(r["notes"]) or "-"] for r in rows]
+    # every column whole but the notes, which wrap at spaces: they count with their longest word
+    least = [max([len(c[i]) for c in cells] + [len(h)]) for i, h in enumerate(heads[:-1])]
+    least.append(max([len(w) for c in cells for w in c[-1].split()] + [len(heads[-1])]))
+    tables: list[Table | str] = []
+    for part, idx in enumerate(width_groups(least, output_width(), 3)):
+        title = f"offers ({len(rows)}, prices judged at {market.as_of})" if part == 0 else "offers, continued"
+        t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        for i in idx:
+            t.add_column(heads[i], no_wrap=i < len(heads) - 1, min_width=least[i])
+        for c in cells:
+            t.add_row(*(c[i] for i in idx))
+        tables += ([""] if part else []) + [t]
+    click.echo(console_text(*tables), nl=False)
+    click.echo(fit_lines("[market] offers takes a name or an offer; every price has a date and a source: tpopt "
+                         "catalog offers --sources (or --json)."))
 
 
 def import_skypilot(catalog_dirs: tuple[str, ...], path: str, provider: str, date: str, available: int,

@@ -59,6 +59,32 @@ def test_natural_names_and_dotted_keys_agree():
         tpopt.scenario({"deadlin": "20d"})
 
 
+@pytest.mark.parametrize("name, tables, value", [("sequence_parallel", ("memory", "search"), True)])
+def test_a_name_of_two_tables_is_ambiguous_not_unknown(name, tables, value):
+    """A key two tables hold is no natural name: the one error line names it as a key of both and the dotted
+    names that choose one, where it said "unknown scenario input 'sequence_parallel' (did you mean
+    'sequence_parallel'?)"."""
+    with pytest.raises(tpopt.InputError) as err:
+        tpopt.scenario({name: value})
+    message = str(err.value)
+    assert "unknown" not in message and "did you mean" not in message, message
+    assert all(f"'{t}.{name}'" in message for t in tables) and "\n" not in message, message
+    tpopt.scenario({f"{tables[0]}.{name}": value})  # the dotted name the message offers is taken
+
+
+def test_global_batch_is_the_command_lines_global_batch():
+    """global_batch names the batches a plan may take, as --global-batch does on every command (search.global_batch;
+    the task's batch stays the reference of its critical-batch curve). Before, it was read as no scenario input:
+    tpopt.solve refused it as a plan field and sent the caller to tpopt.evaluate, which refused it as not one of its
+    plan fields. The design case at 192 sequences: 48 cards, DP 48 x micro-batch 1 x 4 accumulation = 192."""
+    assert tpopt.scenario(global_batch=192) == tpopt.scenario({"search.global_batch": 192})
+    best = tpopt.solve(global_batch=192).best
+    assert best is not None and best.plan.global_batch == 192 and best.plan.cards == 48
+    assert best.plan.dp * best.plan.micro_batch * best.plan.grad_accum == 192
+    fixed = tpopt.evaluate(cards=48, global_batch=192)
+    assert fixed.feasible and fixed.to_dict()["plan"]["global_batch"] == 192
+
+
 def test_sources_file_tables_and_builtin_are_the_same_scenario():
     from tpopt.catalogs.scenario import read_scenario_file
 
@@ -111,7 +137,7 @@ def test_explain_a_plan_and_bad_input():
 
 
 @pytest.mark.parametrize("name, value", [("grad_accum", 4), ("save_interval_s", 3600.0), ("first_stage_layers", 2),
-                                         ("global_batch", 256)])
+                                         ("last_stage_layers", 2)])  # global_batch is a scenario input
 def test_evaluate_and_explain_reject_a_plan_field_they_do_not_take(name, value):
     """A Plan field that is no plan keyword of the API (and no scenario input) is an error naming it and the
     plan fields the API takes, never silently dropped."""

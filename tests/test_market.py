@@ -592,6 +592,33 @@ def test_catalog_offers_filters(capsys, monkeypatch):
     assert "old price" in out or "older than 6 months" in out
 
 
+@pytest.mark.parametrize("columns", [None, "80", "140"])
+def test_catalog_offers_fits_the_output_width(columns, capsys, monkeypatch):
+    """The offers table follows the output width as every catalog table does (100 columns when stdout is not a
+    terminal, else COLUMNS or the terminal's), in column groups that each start with the name, no cell cut; it
+    was laid out 200 columns wide whatever the width, every line padded to 200. Every offer's name, id and
+    price are still printed whole, and --sources wraps its lines as the other catalogs' do."""
+    import json
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    width = int(columns or 100)
+    table = ""
+    for sources in ([], ["--sources"]):  # the sources' lines wrap too (they ran up to 304 columns)
+        code, out, _ = _cli(["catalog", "offers", *sources], capsys, monkeypatch)
+        assert code == 0
+        lines = out.splitlines()
+        assert max(len(ln) for ln in lines) <= width, max(lines, key=len)
+        table = table or out
+    monkeypatch.setenv("COLUMNS", "1000")
+    _, rows_json, _ = _cli(["catalog", "offers", "--json"], capsys, monkeypatch)
+    words = set(table.split())
+    for r in json.loads(rows_json):
+        assert {r["name"], r["id"], f"{r['price_card_hour']:g}"} <= words, r["name"]
+
+
 def test_import_command_round_trips_through_a_catalog_dir(tmp_path, capsys, monkeypatch):
     csv = tmp_path / "vms.csv"
     csv.write_text("InstanceType,AcceleratorName,AcceleratorCount,Region,AvailabilityZone,Price,SpotPrice\n"

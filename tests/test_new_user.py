@@ -8,6 +8,7 @@ Golden figures: the design case (REFERENCE.md 10.6: 48 cards, 24.6 d, 17,880 USD
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -80,6 +81,34 @@ def test_init_writes_a_scenario_that_solves_and_never_overwrites(tmp_path):
     r = runner_err().invoke(cli, ["init", str(path)])
     assert r.exit_code == 2 and "--force" in r.stderr and path.read_text() == "keep me"
     assert run("init", str(path), "--force").exit_code == 0 and path.read_text() == text
+
+
+def test_init_points_at_a_page_that_lists_the_defaults(tmp_path):
+    """The file tpopt init writes says where the defaults of the keys it leaves out are listed: a documentation
+    page that exists and holds the scenario keys' table (it named the README's "Scenario files", a section the
+    README no longer has since the topics moved to docs/)."""
+    path = tmp_path / "s.toml"
+    assert run("init", str(path)).exit_code == 0
+    line = next(ln for ln in path.read_text().splitlines() if "defaults" in ln and ln.startswith("#"))
+    pages = re.findall(r"docs/[a-z-]+\.md", line)
+    assert pages, line
+    for page in pages:
+        text = (ROOT / page).read_text()
+        assert "| table.key | meaning | default |" in text, (line, page)
+    for title in re.findall(r'README \("([^"]+)"\)', line):  # a README section it names must be there
+        assert re.search(rf"^#+ {re.escape(title)}\s*$", (ROOT / "README.md").read_text(), flags=re.M), line
+
+
+def test_the_finish_distribution_points_at_the_page_that_holds_its_models():
+    """solve --confidence prints the finish-time distribution's models and where they are told: the page that
+    holds them (docs/confidence.md), where it said "see README", whose topics moved to docs/."""
+    r = run("solve", "--confidence", "95%")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())  # the line may wrap at the output width
+    line = text[text.index("Finish-time distribution"):].split("):", 1)[0]
+    assert "README" not in line, line
+    pages = re.findall(r"docs/[a-z-]+\.md", line)
+    assert pages and all("lognormal" in (ROOT / p).read_text() for p in pages), line
 
 
 def test_init_for_another_model_and_hardware(tmp_path):

@@ -175,6 +175,16 @@ def test_reserved_error_gives_both_values():
     _one_line_error(r, "shorter than the deadline", "reserved 40.0 d", "deadline 30.0 d")
 
 
+def test_a_default_reserved_longer_than_the_deadline_names_the_flag():
+    """A question on the command line takes tpopt init's reserved 5 d unasked (its first line lists the defaults
+    taken, a line a refused scenario never prints): a 2-day deadline is refused in one line that says the 5 d
+    and the flag that changes it, and with --reserved the same question is answered."""
+    ask = ("solve", "--model", "qwen3-0.6b", "--tokens", "1B", "--seq-len", "2048", "--global-batch", "64",
+           "--deadline", "2d", "--hw", "rtx4090")
+    _one_line_error(run(*ask), "reserved 5.0 d", "deadline 2.0 d", "--reserved")
+    assert run(*ask, "--reserved", "0.5d", "--no-analysis").exit_code == 0
+
+
 def test_rl_wall_time_is_rounded_like_the_other_commands():
     d = json.loads(run("rl", "--scenario", RL, "--json").stdout)
     wall = d["solver"]["wall_s"]

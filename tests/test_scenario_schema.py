@@ -4,6 +4,7 @@ declarations cover every key the shipped scenario files use."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -197,6 +198,16 @@ def test_the_key_table_lists_every_declared_key_once():
     assert "| `checkpoint.restore` | duration (30d, 720h, 1800s) | `120s` |" in key_table()
 
 
+def test_the_step_sigma_help_states_the_default_the_model_takes():
+    """[risk] step_sigma's help said "else 0.03", a value no code path takes: silent, the per-operation model
+    gives each plan its own sigma and the flat model the card's residual_sigma, else DEFAULT_STEP_SIGMA."""
+    from tpopt.models.finish import DEFAULT_STEP_SIGMA
+
+    (decl,) = [d for t, k, d in declared() if (t, k) == ("risk", "step_sigma")]
+    stated = [float(x) for x in re.findall(r"\d+\.\d+", decl.help)]
+    assert stated == [DEFAULT_STEP_SIGMA], decl.help
+
+
 def test_defaults_are_read_like_given_values():
     mem = read("memory.prefetch", "")
     assert (mem.flash_attention, mem.activation_bytes, mem.loss_chunks, mem.prefetch) == (True, 2.0, 1, 1)
@@ -265,7 +276,8 @@ def test_every_bound_is_enforced_with_its_message(dotted, decl):
 
 @pytest.mark.parametrize("dotted,body,expected", [
     ("schedule.reserved", 'reserved = "30d"',
-     "schedule.reserved must be shorter than the deadline: reserved 30.0 d, deadline 30.0 d"),
+     "schedule.reserved must be shorter than the deadline: reserved 30.0 d, deadline 30.0 d (--reserved or "
+     "[schedule] reserved sets it)"),
     ("input.workers", "workers = 4\nsequences_per_worker_s = 0",
      "input.sequences_per_worker_s must be positive when workers are given"),
     ("moe.imbalance", "imbalance = 0.5",
