@@ -8,14 +8,14 @@ recompute (:meth:`Recipe.recompute`), and states itself as an assumption (:meth:
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tpopt.catalogs.stacks import stack_names
+from tpopt.catalogs.stacks import settings_off_cards, stack_names
 from tpopt.catalogs.tables import builtin_toml, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models import memory
@@ -28,6 +28,12 @@ ATTENTION = {"fused": True, "unfused": False}
 SETTINGS = ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_expert_overlap", "attention", "recompute_modules",
             "activation_offload_layers", "moe_cuda_graphs", "moe_fused_grouped_mlp")
 MATCH_KEYS = ("name", "models", "accelerators", "precisions", "sources")
+MOE_KEYS = {"moe_dispatcher": "dispatcher", "moe_a2a_overlap": "a2a_overlap", "moe_cuda_graphs": "cuda_graphs",
+            "moe_fused_grouped_mlp": "fused_grouped_mlp"}
+"""Recipe settings -> the [moe] keys they supply (:meth:`Recipe.moe_settings`)."""
+SETTING_WORDS = {"moe_a2a_overlap": "EP all-to-all overlap", "moe_cuda_graphs": "CUDA graphs of the MoE blocks",
+                 "moe_fused_grouped_mlp": "fused grouped MLP"}
+"""How the report names a recipe's MoE setting that a card's maker does not run (:meth:`Recipe.moe_settings_on`)."""
 DENSE_ONLY_MODULES = ("mlp",)
 """Megatron-Core selective-recompute modules that act on dense blocks only: ``mlp`` checkpoints a block's whole MLP
 where the block is not a MoE layer (NVIDIA/Megatron-LM megatron/core/transformer/transformer_layer.py at 2edffad,
@@ -81,6 +87,25 @@ class Recipe:
         if self.moe_fused_grouped_mlp is not None:
             out["fused_grouped_mlp"] = self.moe_fused_grouped_mlp
         return out
+
+    def moe_settings_on(self, makers: Mapping[str, str],
+                        stated: Iterable[str] = ()) -> tuple[dict[str, str | bool], str]:
+        """:meth:`moe_settings` on the cards of ``makers`` (card -> accelerators.toml ``vendor``): without the
+        settings the recipe turns on whose software does not run on each card's maker (a recipe measured on one
+        maker's cards carries none of that maker's own software onto another's: catalogs.stacks.settings_off_cards;
+        the stack's default holds there), and one line saying which and why ("" where none was left out).
+        ``stated``: the [moe] keys the scenario states itself (their settings are not the recipe's to leave out).
+        The token dispatcher stays: where it runs is catalogs.stacks.dispatcher_on_card's rule, card by card."""
+        out = self.moe_settings()
+        turned_on = [k for k in SETTING_WORDS if getattr(self, k) and MOE_KEYS[k] not in set(stated)]
+        off = settings_off_cards(turned_on, makers)
+        for k in off:
+            out.pop(MOE_KEYS[k])
+        if not off:
+            return out, ""
+        return out, (f"{self.name} recipe's {' and '.join(SETTING_WORDS[k] for k in off)} not assumed, the stack's "
+                     f"default instead: {'; '.join(dict.fromkeys(off.values()))} (catalogs/frameworks/megatron-lm.toml "
+                     "[vendor_settings]; where the scenario states none)")
 
     def flash_attention(self) -> bool | None:
         """[memory] flash_attention the recipe implies (None: not stated)."""

@@ -266,6 +266,9 @@ class MoeOptions:
     #: the framework recipe that supplied settings the scenario left unstated (catalogs/recipes.toml), as the
     #: report states it; empty: none applied
     recipe: str = field(default="", compare=False, repr=False)
+    #: the recipe's settings left to the stack's defaults because a card's maker does not run their software
+    #: (catalogs.recipes.Recipe.moe_settings_on), as the report states it; empty: none
+    vendor_note: str = field(default="", compare=False, repr=False)
     #: the cards on which another dispatcher runs: (card, dispatcher) where the stack's or recipe's does not run
     #: on the card's maker (catalogs.stacks.dispatcher_on_card); the others run ``dispatcher``
     card_dispatchers: tuple[tuple[str, str], ...] = ()
