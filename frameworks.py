@@ -374,7 +374,7 @@ def megatron_notes(sc: Scenario, accelerator: str) -> list[str]:
     settings the plan was costed without because a card's maker does not run them (MoeOptions.vendor_note: the
     export writes none of them either)."""
     why = megatron_stack(sc, accelerator)[1]
-    return [n for n in (why, sc.moe.vendor_note if sc.model.moe else "") if n]
+    return [n for n in (why, sc.moe.vendor_note(accelerator) if sc.model.moe else "") if n]
 
 
 MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}

@@ -34,6 +34,9 @@ MOE_KEYS = {"moe_dispatcher": "dispatcher", "moe_a2a_overlap": "a2a_overlap", "m
 SETTING_WORDS = {"moe_a2a_overlap": "EP all-to-all overlap", "moe_cuda_graphs": "CUDA graphs of the MoE blocks",
                  "moe_fused_grouped_mlp": "fused grouped MLP"}
 """How the report names a recipe's MoE setting that a card's maker does not run (:meth:`Recipe.moe_settings_on`)."""
+PER_CARD = ("moe_cuda_graphs",)
+"""Vendor-only settings each plan's card decides alone (the MoE blocks' host launch time, a per-card input of the
+compute term: stage_compute.moe_host_launch); the others hold for every card of a scenario or none."""
 DENSE_ONLY_MODULES = ("mlp",)
 """Megatron-Core selective-recompute modules that act on dense blocks only: ``mlp`` checkpoints a block's whole MLP
 where the block is not a MoE layer (NVIDIA/Megatron-LM megatron/core/transformer/transformer_layer.py at 2edffad,
@@ -88,24 +91,38 @@ class Recipe:
             out["fused_grouped_mlp"] = self.moe_fused_grouped_mlp
         return out
 
-    def moe_settings_on(self, makers: Mapping[str, str],
-                        stated: Iterable[str] = ()) -> tuple[dict[str, str | bool], str]:
-        """:meth:`moe_settings` on the cards of ``makers`` (card -> accelerators.toml ``vendor``): without the
-        settings the recipe turns on whose software does not run on each card's maker (a recipe measured on one
-        maker's cards carries none of that maker's own software onto another's: catalogs.stacks.settings_off_cards;
-        the stack's default holds there), and one line saying which and why ("" where none was left out).
-        ``stated``: the [moe] keys the scenario states itself (their settings are not the recipe's to leave out).
-        The token dispatcher stays: where it runs is catalogs.stacks.dispatcher_on_card's rule, card by card."""
+    def moe_settings_on(self, makers: Mapping[str, str], stated: Iterable[str] = ()
+                        ) -> tuple[dict[str, str | bool], dict[str, tuple[tuple[str, ...], str]]]:
+        """:meth:`moe_settings` on the cards of ``makers`` (card -> accelerators.toml ``vendor``), and per card whose
+        maker does not run the software of a setting the recipe turns on (a recipe measured on one maker's cards
+        carries none of that maker's own software onto another's: catalogs.stacks.settings_off_cards; the stack's
+        default holds there) the [moe] keys left to the stack on it and one line saying which and why.
+
+        A setting of :data:`PER_CARD` (CUDA graphs: the host launch time, which each plan's card decides alone,
+        stage_compute.moe_host_launch) stays in the settings and is left out on those cards only
+        (MoeOptions.card_settings_off); any other is left out of the settings, on every card of the scenario (as a
+        recipes.toml entry must match each card), and each card's line says so. ``stated``: the [moe] keys the
+        scenario states itself (not the recipe's to leave out). The token dispatcher stays: where it runs is
+        catalogs.stacks.dispatcher_on_card's rule, card by card."""
         out = self.moe_settings()
         turned_on = [k for k in SETTING_WORDS if getattr(self, k) and MOE_KEYS[k] not in set(stated)]
-        off = settings_off_cards(turned_on, makers)
-        for k in off:
+        off = {card: settings_off_cards(turned_on, {card: maker}) for card, maker in makers.items()}
+        shared = {k: why for here in off.values() for k, why in here.items() if k not in PER_CARD}
+        for k in shared:
             out.pop(MOE_KEYS[k])
-        if not off:
-            return out, ""
-        return out, (f"{self.name} recipe's {' and '.join(SETTING_WORDS[k] for k in off)} not assumed, the stack's "
-                     f"default instead: {'; '.join(dict.fromkeys(off.values()))} (catalogs/frameworks/megatron-lm.toml "
-                     "[vendor_settings]; where the scenario states none)")
+        lines = {}
+        for card in makers:
+            here = {**{k: f"{why} (a card of this scenario)" for k, why in shared.items() if k not in off[card]},
+                    **off[card]}
+            if here:
+                keys = tuple(k for k in SETTING_WORDS if k in here)
+                words = " and ".join(SETTING_WORDS[k] for k in keys)
+                why = "; ".join(dict.fromkeys(here[k] for k in keys))
+                lines[card] = (tuple(MOE_KEYS[k] for k in keys),
+                               f"{self.name} recipe's {words} not assumed on {card}, the stack's default instead: "
+                               f"{why} (catalogs/frameworks/megatron-lm.toml [vendor_settings]; where the scenario "
+                               "states none)")
+        return out, lines
 
     def flash_attention(self) -> bool | None:
         """[memory] flash_attention the recipe implies (None: not stated)."""

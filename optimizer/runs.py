@@ -584,8 +584,9 @@ def row_moe(moe: bool, routing: dict[str, float], recipe: Recipe | None,
         return {}
     out: dict[str, Any] = dict(routing) if stated is None else {}
     if recipe is not None:
-        out.update({k: v for k, v in recipe.moe_settings_on(makers or {}, stated or {})[0].items()
-                    if k not in (stated or {})})
+        settings, off = recipe.moe_settings_on(makers or {}, stated or {})
+        left = {k for keys, _ in off.values() for k in keys}  # the row's card does not run them: not written
+        out.update({k: v for k, v in settings.items() if k not in (stated or {}) and k not in left})
     return out
 
 

@@ -266,8 +266,9 @@ def test_an_amd_moe_plan_runs_megatron_lm_with_the_alltoall_dispatcher(megatron,
     why = dispatcher_why(text)
     assert len(why) == 1 and "hybridep backend runs on NVIDIA cards only" in why[0] and "made by AMD" in why[0]
     # and the recipe's CUDA graphs the plan was costed without (an AMD card: tests/test_recipe_vendor.py), on stderr too
-    assert "CUDA graphs of the MoE blocks not assumed" in sc.moe.vendor_note and f"# {sc.moe.vendor_note}" in text
-    assert FW.export_notes("megatron", sc, ev) == [why[0][2:], sc.moe.vendor_note]  # the same lines on stderr
+    note = sc.moe.vendor_note(ev.plan.accelerator)
+    assert "CUDA graphs of the MoE blocks not assumed" in note and f"# {note}" in text
+    assert FW.export_notes("megatron", sc, ev) == [why[0][2:], note]  # the same lines on stderr
 
 
 def test_fp8_of_a_dense_plan(megatron):

@@ -2,7 +2,8 @@
 settings catalogs/frameworks/megatron-lm.toml [vendor_settings] ties to card makers (CUDA graphs of the MoE blocks,
 Transformer Engine's fused grouped MLP: NVIDIA) are left to the stack's defaults on an AMD card (accelerators.toml
 ``vendor``), the plan is costed so, and the footing and the Megatron exports say so in one line; on NVIDIA cards the
-recipe applies as before. The token dispatcher's own rule is tests/test_dispatcher_vendor.py's."""
+recipe applies as before, in a scenario over both makers too (CUDA graphs card by card). The token dispatcher's own
+rule is tests/test_dispatcher_vendor.py's."""
 
 from __future__ import annotations
 
@@ -40,32 +41,52 @@ def test_an_amd_plan_pays_the_host_launch_the_recipe_graphs_away_on_nvidia():
     the AMD card, as a scenario stating [moe] cuda_graphs = false pays; nothing on the NVIDIA card."""
     per = stack_profile("megatron-core").moe_host_launch
     amd, nvidia = on(["mi300x"]), on(["h100-sxm"])
-    assert not amd.moe.cuda_graphs and nvidia.moe.cuda_graphs
-    assert float(moe_host_launch(amd, pp=1, ga=64)) == pytest.approx(64 * BLOCKS * per, rel=1e-12)
-    assert float(moe_host_launch(amd, pp=1, ga=64)) == float(moe_host_launch(on(["mi300x"], {"cuda_graphs": False}),
-                                                                             pp=1, ga=64))
-    assert float(moe_host_launch(nvidia, pp=1, ga=64)) == 0.0
+    assert not amd.moe.cuda_graphs_on("mi300x") and nvidia.moe.cuda_graphs_on("h100-sxm")
+    assert float(moe_host_launch(amd, acc="mi300x", pp=1, ga=64)) == pytest.approx(64 * BLOCKS * per, rel=1e-12)
+    assert float(moe_host_launch(amd, acc="mi300x", pp=1, ga=64)) == float(
+        moe_host_launch(on(["mi300x"], {"cuda_graphs": False}), acc="mi300x", pp=1, ga=64))
+    assert float(moe_host_launch(nvidia, acc="h100-sxm", pp=1, ga=64)) == 0.0
 
 
 def test_the_line_names_the_setting_the_card_and_its_maker():
     amd = on(["mi300x"])
-    note = amd.moe.vendor_note
-    assert "CUDA graphs of the MoE blocks not assumed" in note and "HybridEP" in note
+    note = amd.moe.vendor_note("mi300x")
+    assert "CUDA graphs of the MoE blocks not assumed on mi300x" in note and "HybridEP" in note
     assert "NVIDIA cards only" in note and "mi300x is made by AMD" in note and "[vendor_settings]" in note
     assert "CUDA graphs" not in amd.moe.recipe  # the recipe line states only what it supplied
     nvidia = on(["h100-sxm"])
-    assert nvidia.moe.vendor_note == "" and "CUDA graphs" in nvidia.moe.recipe
+    assert nvidia.moe.vendor_note("h100-sxm") == "" and "CUDA graphs" in nvidia.moe.recipe
 
 
-def test_a_scenario_over_both_makers_takes_the_setting_only_where_each_card_runs_it():
-    """As a recipes.toml entry must match each card of a scenario, a vendor-only setting must run on each."""
+def test_a_scenario_over_both_makers_graphs_the_blocks_on_the_card_that_runs_them():
+    """CUDA graphs are decided card by card (the host launch time is a per-card input of the compute term): in one
+    solve over H100 and MI300X the H100 plans pay no launch time and the MI300X plans pay 64 x 48 x the stack's
+    time per block, as each card alone does; only the MI300X carries the line."""
+    per = stack_profile("megatron-core").moe_host_launch
     mixed = on(["h100-sxm", "mi300x"])
-    assert not mixed.moe.cuda_graphs and "mi300x is made by AMD" in mixed.moe.vendor_note
+    assert mixed.moe.cuda_graphs_on("h100-sxm") and not mixed.moe.cuda_graphs_on("mi300x")
+    assert float(moe_host_launch(mixed, acc="h100-sxm", pp=1, ga=64)) == 0.0
+    assert float(moe_host_launch(mixed, acc="mi300x", pp=1, ga=64)) == pytest.approx(64 * BLOCKS * per, rel=1e-12)
+    assert "mi300x is made by AMD" in mixed.moe.vendor_note("mi300x") and mixed.moe.vendor_note("h100-sxm") == ""
+
+
+def test_the_compute_term_of_a_mixed_scenario_is_each_cards_own():
+    """The compute term over both cards (one stacked call per table, optimizer/space.py) equals each card's
+    scenario alone: the MoE launch time rides in compute_inputs per card."""
+    from tpopt.models import terms as T
+    mixed = on(["h100-sxm", "mi300x"])
+    plan = dict(recompute="none", schedule="1f1b", tp=1, pp=1, dp=16, mb=1, nics=8, ep=16)
+    for card in ("h100-sxm", "mi300x"):
+        alone = on([card])
+        got = T.compute(mixed, acc=card, **plan)[0]
+        assert float(got) == float(T.compute(alone, acc=card, **plan)[0]), card
+    assert float(T.compute(mixed, acc="mi300x", **plan)[0]) > float(T.compute(on(["mi300x"], {"cuda_graphs": True}),
+                                                                             acc="mi300x", **plan)[0])
 
 
 def test_a_stated_setting_wins_and_is_not_said_to_be_left_out():
     stated = on(["mi300x"], {"cuda_graphs": True})
-    assert stated.moe.cuda_graphs and stated.moe.vendor_note == ""
+    assert stated.moe.cuda_graphs_on("mi300x") and stated.moe.vendor_note("mi300x") == ""
 
 
 def test_the_rule_on_the_gb200_mxfp8_recipe():
@@ -74,17 +95,23 @@ def test_the_rule_on_the_gb200_mxfp8_recipe():
     kept for catalogs.stacks.dispatcher_on_card to decide card by card."""
     r = R.find_recipe("megatron-core", "qwen3-30b-a3b", ["gb200-nvl72"], "mxfp8-mixed")
     assert r is not None and r.moe_cuda_graphs and r.moe_fused_grouped_mlp and r.moe_a2a_overlap
-    kept, note = r.moe_settings_on({"mi300x": "AMD"})
-    assert kept == {"dispatcher": "per-host", "a2a_overlap": "all"}
-    assert "CUDA graphs of the MoE blocks and fused grouped MLP not assumed" in note
-    assert r.moe_settings_on({"gb200-nvl72": "NVIDIA"}) == (r.moe_settings(), "")
+    kept, off = r.moe_settings_on({"mi300x": "AMD"})
+    # the graphs stay in the settings, left out on the card (MoeOptions.card_settings_off); the fused MLP on all
+    assert kept == {"dispatcher": "per-host", "a2a_overlap": "all", "cuda_graphs": True}
+    assert off["mi300x"][0] == ("cuda_graphs", "fused_grouped_mlp")
+    assert "CUDA graphs of the MoE blocks and fused grouped MLP not assumed on mi300x" in off["mi300x"][1]
+    assert r.moe_settings_on({"gb200-nvl72": "NVIDIA"}) == (r.moe_settings(), {})
+    # over both makers the fused MLP is off on every card, and the NVIDIA card's line says why
+    kept, off = r.moe_settings_on({"gb200-nvl72": "NVIDIA", "mi300x": "AMD"})
+    assert "fused_grouped_mlp" not in kept and off["gb200-nvl72"][0] == ("fused_grouped_mlp",)
+    assert "mi300x is made by AMD" in off["gb200-nvl72"][1]
 
 
 def test_deepseek_v3s_generic_recipe_turns_nothing_vendor_only_on():
     """The card-agnostic DeepSeek-V3 entry states no CUDA graphs: nothing to leave out, no line."""
     r = R.find_recipe("megatron-core", "deepseek-v3", ["mi300x"], "bf16-mixed")
     assert r is not None and r.accelerators == () and r.moe_cuda_graphs is False
-    assert r.moe_settings_on({"mi300x": "AMD"}) == (r.moe_settings(), "")
+    assert r.moe_settings_on({"mi300x": "AMD"}) == (r.moe_settings(), {})
 
 
 def test_every_vendor_setting_is_a_recipe_setting_with_a_source():
