@@ -368,6 +368,15 @@ def megatron_stack(sc: Scenario, accelerator: str) -> tuple[StackProfile, str]:
         f"(catalogs/frameworks/megatron-lm.toml [flex_dispatcher]){costed}")
 
 
+def megatron_notes(sc: Scenario, accelerator: str) -> list[str]:
+    """The lines the Megatron-LM and Megatron-Bridge exports of a plan on ``accelerator`` state in their header and
+    on stderr: the dispatcher written where the stack's does not run (:func:`megatron_stack`), and the recipe's
+    settings the plan was costed without because a card's maker does not run them (MoeOptions.vendor_note: the
+    export writes none of them either)."""
+    why = megatron_stack(sc, accelerator)[1]
+    return [n for n in (why, sc.moe.vendor_note(accelerator) if sc.model.moe else "") if n]
+
+
 MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}
 """tpopt stack fp8_recipe -> Megatron-Core fp8_recipe: per-tensor current scaling is "tensorwise"."""
 
@@ -1083,10 +1092,11 @@ def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
     moe = sc.model.moe
     summary = summary_of(sc, lp, ev.plan.accelerator)
     if fmt in ("megatron", "nemo"):
-        stack, why = megatron_stack(sc, ev.plan.accelerator)
+        stack = megatron_stack(sc, ev.plan.accelerator)[0]
+        notes = megatron_notes(sc, ev.plan.accelerator)
         if fmt == "megatron":
-            return megatron_text(lp, moe, summary, stack, [why] if why else [])
-        return nemo_text(lp, moe, summary, stack, sc.model.name, sc.model.mtp_layers, [why] if why else [])
+            return megatron_text(lp, moe, summary, stack, notes)
+        return nemo_text(lp, moe, summary, stack, sc.model.name, sc.model.mtp_layers, notes)
     if fmt == "torchtitan":
         torchtitan_fits(sc, ev)  # FP32 gradients: refused when the plan no longer fits
         return torchtitan_text(lp, moe, summary, sc.model.layers)
@@ -1180,8 +1190,7 @@ def export_notes(fmt: str, sc: Scenario, ev: Evaluation) -> list[str]:
         return torchtitan_notes(lp) + ([fits] if fits else [])
     if fmt == "deepspeed":
         return deepspeed_notes(lp)
-    why = megatron_stack(sc, ev.plan.accelerator)[1]  # also in the text's header
-    return [why] if why else []
+    return megatron_notes(sc, ev.plan.accelerator)  # also in the text's header
 
 
 WARMUP_SHARE = 0.01

@@ -629,6 +629,8 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
              f"stack {f['stack']}; implied MFU {mfu_text} (model FLOPs 6N + attention, dense {peak} peak)"]
     if f.get("recipe"):
         lines.append(f"assumed: {f['recipe']}")
+    if f.get("recipe_vendor"):
+        lines.append(f"assumed: {f['recipe_vendor']}")
     if f.get("dispatcher"):
         lines.append(f"assumed: {f['dispatcher']}")
     groups: dict[str, list[str]] = {}

@@ -8,14 +8,14 @@ recompute (:meth:`Recipe.recompute`), and states itself as an assumption (:meth:
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tpopt.catalogs.stacks import stack_names
+from tpopt.catalogs.stacks import settings_off_cards, stack_names
 from tpopt.catalogs.tables import builtin_toml, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models import memory
@@ -28,6 +28,15 @@ ATTENTION = {"fused": True, "unfused": False}
 SETTINGS = ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_expert_overlap", "attention", "recompute_modules",
             "activation_offload_layers", "moe_cuda_graphs", "moe_fused_grouped_mlp")
 MATCH_KEYS = ("name", "models", "accelerators", "precisions", "sources")
+MOE_KEYS = {"moe_dispatcher": "dispatcher", "moe_a2a_overlap": "a2a_overlap", "moe_cuda_graphs": "cuda_graphs",
+            "moe_fused_grouped_mlp": "fused_grouped_mlp"}
+"""Recipe settings -> the [moe] keys they supply (:meth:`Recipe.moe_settings`)."""
+SETTING_WORDS = {"moe_a2a_overlap": "EP all-to-all overlap", "moe_cuda_graphs": "CUDA graphs of the MoE blocks",
+                 "moe_fused_grouped_mlp": "fused grouped MLP"}
+"""How the report names a recipe's MoE setting that a card's maker does not run (:meth:`Recipe.moe_settings_on`)."""
+PER_CARD = ("moe_cuda_graphs",)
+"""Vendor-only settings each plan's card decides alone (the MoE blocks' host launch time, a per-card input of the
+compute term: stage_compute.moe_host_launch); the others hold for every card of a scenario or none."""
 DENSE_ONLY_MODULES = ("mlp",)
 """Megatron-Core selective-recompute modules that act on dense blocks only: ``mlp`` checkpoints a block's whole MLP
 where the block is not a MoE layer (NVIDIA/Megatron-LM megatron/core/transformer/transformer_layer.py at 2edffad,
@@ -81,6 +90,39 @@ class Recipe:
         if self.moe_fused_grouped_mlp is not None:
             out["fused_grouped_mlp"] = self.moe_fused_grouped_mlp
         return out
+
+    def moe_settings_on(self, makers: Mapping[str, str], stated: Iterable[str] = ()
+                        ) -> tuple[dict[str, str | bool], dict[str, tuple[tuple[str, ...], str]]]:
+        """:meth:`moe_settings` on the cards of ``makers`` (card -> accelerators.toml ``vendor``), and per card whose
+        maker does not run the software of a setting the recipe turns on (a recipe measured on one maker's cards
+        carries none of that maker's own software onto another's: catalogs.stacks.settings_off_cards; the stack's
+        default holds there) the [moe] keys left to the stack on it and one line saying which and why.
+
+        A setting of :data:`PER_CARD` (CUDA graphs: the host launch time, which each plan's card decides alone,
+        stage_compute.moe_host_launch) stays in the settings and is left out on those cards only
+        (MoeOptions.card_settings_off); any other is left out of the settings, on every card of the scenario (as a
+        recipes.toml entry must match each card), and each card's line says so. ``stated``: the [moe] keys the
+        scenario states itself (not the recipe's to leave out). The token dispatcher stays: where it runs is
+        catalogs.stacks.dispatcher_on_card's rule, card by card."""
+        out = self.moe_settings()
+        turned_on = [k for k in SETTING_WORDS if getattr(self, k) and MOE_KEYS[k] not in set(stated)]
+        off = {card: settings_off_cards(turned_on, {card: maker}) for card, maker in makers.items()}
+        shared = {k: why for here in off.values() for k, why in here.items() if k not in PER_CARD}
+        for k in shared:
+            out.pop(MOE_KEYS[k])
+        lines = {}
+        for card in makers:
+            here = {**{k: f"{why} (a card of this scenario)" for k, why in shared.items() if k not in off[card]},
+                    **off[card]}
+            if here:
+                keys = tuple(k for k in SETTING_WORDS if k in here)
+                words = " and ".join(SETTING_WORDS[k] for k in keys)
+                why = "; ".join(dict.fromkeys(here[k] for k in keys))
+                lines[card] = (tuple(MOE_KEYS[k] for k in keys),
+                               f"{self.name} recipe's {words} not assumed on {card}, the stack's default instead: "
+                               f"{why} (catalogs/frameworks/megatron-lm.toml [vendor_settings]; where the scenario "
+                               "states none)")
+        return out, lines
 
     def flash_attention(self) -> bool | None:
         """[memory] flash_attention the recipe implies (None: not stated)."""

@@ -570,7 +570,9 @@ def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
     and card (catalogs/recipes.toml: ``recipe``, stated in the report as MoeOptions.recipe), else the stack's
     (moe.stack_defaults); on a card whose maker (``vendors``: card -> accelerators.toml vendor) a flex
     dispatcher's software does not run, the one that runs there (stacks.dispatcher_on_card: MoeOptions
-    card_dispatchers, each stated in the report).
+    card_dispatchers, each stated in the report); the recipe's settings whose software the makers of the cards do
+    do not run are left to the stack there (Recipe.moe_settings_on: MoeOptions card_settings_off, each stated in the
+    report).
 
     Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
     (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
@@ -584,10 +586,18 @@ def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
             raise InputError(f"search.{given[0]} applies to mixture-of-experts models; {model.name} is dense")
         return MoeOptions(), {"ep": (1,), "expert_tp": (0,), "capacity_factor": (0.0,)}
     implied = moe_stack_defaults(stack.moe_dispatcher, stack.moe_a2a_overlap) if stack is not None else {}
-    from_recipe = {k: v for k, v in (recipe.moe_settings() if recipe is not None else {}).items() if k not in mt}
+    settings, off = recipe.moe_settings_on(vendors or {}, mt) if recipe is not None else ({}, {})
+    from_recipe = {k: v for k, v in settings.items() if k not in mt}
     opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **from_recipe, **mt}, "moe.")))
-    if recipe is not None and from_recipe:
-        opts = replace(opts, recipe=recipe.assumption(recompute=False, moe_keys=from_recipe))
+    # the recipe's line states what it supplied on some card (a setting left out on every card: their lines say so)
+    nowhere = set.intersection(*(set(keys) for keys, _ in off.values())) if off and len(off) == len(vendors or {}) \
+        else set()
+    supplied = {k: v for k, v in from_recipe.items() if k not in nowhere}
+    if recipe is not None and supplied:
+        opts = replace(opts, recipe=recipe.assumption(recompute=False, moe_keys=supplied))
+    if off:  # settings of the recipe a card's maker does not run: the stack's defaults there
+        opts = replace(opts, card_settings_off=tuple((c, keys) for c, (keys, _) in off.items()),
+                       vendor_notes=tuple((c, line) for c, (_, line) in off.items()))
     named = recipe.moe_dispatcher if recipe is not None and "dispatcher" in from_recipe else \
         (stack.moe_dispatcher if stack is not None else None)
     if named is not None and "dispatcher" not in mt:  # a card whose maker does not run it runs the fallback

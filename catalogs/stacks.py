@@ -5,6 +5,7 @@ names in :func:`stack_names`, the default :data:`DEFAULT_STACK`."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
@@ -258,6 +259,34 @@ def _flex_table() -> dict[str, Any]:
     if not isinstance(flex.get("vendors"), list) or not isinstance(flex.get("fallback"), str):
         raise InputError(f"{FLEX_FILE}: [flex_dispatcher] needs vendors (a list) and fallback (a name)")
     return dict(flex)
+
+
+@cache
+def _vendor_settings() -> dict[str, tuple[str, ...]]:
+    table = builtin_toml(FLEX_FILE, read_text_capped(FLEX_FILE, "catalog file"), tomllib.loads).get("vendor_settings",
+                                                                                                   {})
+    sources = table.get("sources", {})
+    out = {k: v for k, v in table.items() if k != "sources"}
+    if not all(isinstance(v, list) and v and all(isinstance(m, str) for m in v) for v in out.values()) or \
+            not all(isinstance(sources.get(k), str) for k in out):
+        raise InputError(f"{FLEX_FILE}: [vendor_settings] needs a list of card makers and a source for each setting")
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def settings_off_cards(settings: Iterable[str], makers: Mapping[str, str]) -> dict[str, str]:
+    """Of a recipe's ``settings`` (catalogs/recipes.toml keys), those whose software does not run on every card of
+    ``makers`` (card -> accelerators.toml ``vendor``), each with why ("its software runs on NVIDIA cards only and
+    mi300x is made by AMD"): the settings catalogs/frameworks/megatron-lm.toml [vendor_settings] ties to card makers
+    the card's is not among. The rule catalogs.scenario applies to a recipe's MoE settings (a setting a scenario
+    over several cards takes only where it runs on each of them, as recipes.toml entries match each card)."""
+    table = _vendor_settings()
+    out = {}
+    for setting in settings:
+        off = [f"{card} is made by {maker}" for card, maker in makers.items()
+               if maker not in table.get(setting, (maker,))]
+        if off:
+            out[setting] = f"its software runs on {' / '.join(table[setting])} cards only and {', '.join(off)}"
+    return out
 
 
 def dispatcher_on_card(name: str, card: str, maker: str) -> tuple[str, str]:

@@ -266,6 +266,12 @@ class MoeOptions:
     #: the framework recipe that supplied settings the scenario left unstated (catalogs/recipes.toml), as the
     #: report states it; empty: none applied
     recipe: str = field(default="", compare=False, repr=False)
+    #: (card, [moe] keys) the recipe turns on that are left to the stack's defaults on that card because its maker
+    #: does not run their software (catalogs.recipes.Recipe.moe_settings_on: cuda_graphs is decided card by card,
+    #: :meth:`cuda_graphs_on`; the others are already off on every card); empty: none
+    card_settings_off: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: (card, why) for each of card_settings_off, as the report states it
+    vendor_notes: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
     #: the cards on which another dispatcher runs: (card, dispatcher) where the stack's or recipe's does not run
     #: on the card's maker (catalogs.stacks.dispatcher_on_card); the others run ``dispatcher``
     card_dispatchers: tuple[tuple[str, str], ...] = ()
@@ -276,6 +282,15 @@ class MoeOptions:
         """The dispatcher that runs on ``accelerator``: :attr:`dispatcher`, or the card's own where its maker
         does not run that one (:attr:`card_dispatchers`)."""
         return dict(self.card_dispatchers).get(accelerator, self.dispatcher)
+
+    def cuda_graphs_on(self, accelerator: str) -> bool:
+        """Whether the MoE blocks' static parts replay as CUDA graphs on ``accelerator``: :attr:`cuda_graphs`, unless
+        the card's maker does not run the recipe's graphs (:attr:`card_settings_off`)."""
+        return self.cuda_graphs and "cuda_graphs" not in dict(self.card_settings_off).get(accelerator, ())
+
+    def vendor_note(self, accelerator: str) -> str:
+        """Which recipe settings ``accelerator`` is costed without and why ("" where none)."""
+        return dict(self.vendor_notes).get(accelerator, "")
 
     def dispatcher_note(self, accelerator: str) -> str:
         """Why ``accelerator`` runs another dispatcher than :attr:`dispatcher` ("" where it does not)."""

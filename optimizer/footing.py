@@ -461,6 +461,8 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | N
     value = mfu(sc, plan, step_s)
     if sc.moe.recipe:  # a framework recipe supplied settings the scenario left unstated (catalogs/recipes.toml)
         model["recipe"] = sc.moe.recipe
+    if sc.moe.vendor_note(plan["accelerator"]):  # recipe settings the card's maker does not run: the stack's defaults
+        model["recipe_vendor"] = sc.moe.vendor_note(plan["accelerator"])
     if sc.moe.dispatcher_note(plan["accelerator"]):  # the stack's flex dispatcher does not run on this card
         model["dispatcher"] = sc.moe.dispatcher_note(plan["accelerator"])
     return {**model, "mfu": value, "mfu_convention": MFU_CONVENTION.format(peak=peak_name),

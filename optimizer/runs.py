@@ -513,7 +513,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         raw.pop("search", None)
         raw.pop("sweep", None)
         sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
-        implied = row_moe(sc.model.moe, routing, recipe, (base_raw or {}).get("moe"))
+        implied = row_moe(sc.model.moe, routing, recipe, (base_raw or {}).get("moe"), {acc: sc.system(acc).acc.vendor})
         if implied:  # the table's routing statement and the stack's recipe, for its MoE rows
             raw["moe"] = {**implied, **raw.get("moe", {})}
             sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
@@ -575,15 +575,18 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
 
 
 def row_moe(moe: bool, routing: dict[str, float], recipe: Recipe | None,
-            stated: dict[str, Any] | None) -> dict[str, Any]:
+            stated: dict[str, Any] | None, makers: dict[str, str] | None = None) -> dict[str, Any]:
     """[moe] keys a MoE row takes from its table and its stack's recipe: the table's ``# moe.KEY`` routing
     (when the ``--scenario`` has no [moe] table) and the recipe's dispatcher and all-to-all overlap
-    (Recipe.moe_settings) where the scenario states neither; nothing for a dense model."""
+    (Recipe.moe_settings_on the row's card, ``makers``: card -> maker) where the scenario states neither; nothing
+    for a dense model."""
     if not moe:
         return {}
     out: dict[str, Any] = dict(routing) if stated is None else {}
     if recipe is not None:
-        out.update({k: v for k, v in recipe.moe_settings().items() if k not in (stated or {})})
+        settings, off = recipe.moe_settings_on(makers or {}, stated or {})
+        left = {k for keys, _ in off.values() for k in keys}  # the row's card does not run them: not written
+        out.update({k: v for k, v in settings.items() if k not in (stated or {}) and k not in left})
     return out
 
 

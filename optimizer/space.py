@@ -212,15 +212,14 @@ def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any,
     so stages s and p-1-s do m (w_s + w_{p-1-s}) between them and the busier of the two at least half of it:
     m max_s (w_s + w_{p-1-s}) / 2, which is below the busiest group's m max_s w_s when the groups are uneven
     (the per-operation model's embedding and head, uneven layer splits); equal in the flat model."""
-    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, _t_x, ga, cards = inputs[:12]
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, _t_x, ga, cards, host = inputs[:13]
     if T.per_op_model(sc):
-        dense = inputs[12:15] or None
+        dense = T.dense_inputs(inputs)
         work = ((lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,),
                 None if dense is None else (dense[0] + dense[1] + dense[2],))
         busy = _paired_busiest(sc, pp, *work) if paired else T._busiest(sc, pp, *work[:3], 1, work[3])[0]
-        host: Any = T.stack_overhead(sc, pp=pp, ga=ga)
     else:
-        busy, host = lf + ldx + ldw, 0.0
+        busy = lf + ldx + ldw
     out: FloatArray = np.asarray(ga * busy * T.straggler_factor(sc, cards) + host, dtype=float)
     return out
 

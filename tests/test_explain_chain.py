@@ -152,6 +152,8 @@ def test_the_global_batch_is_a_relaxation():
     ok = run("solve", "--scenario", DC, "--deadline", "24.5d", "--global-batch", r["required"], "--json")
     assert ok.exit_code == 0 and json.loads(ok.output)["metrics"]["finish_days"] <= 24.5
     factors = (1, 2, 3, 4, 6, 8, 12, 16)
+    # one solve per multiple tried, in order, up to the answer: 2x, ..., the required one (and no more)
+    assert r["solves"] == factors.index(r["required"] // 384)
     below = 384 * factors[factors.index(r["required"] // 384) - 1]
     assert run("solve", "--scenario", DC, "--deadline", "24.5d", "--global-batch", below).exit_code == 3
     text = " ".join(run("explain", "--scenario", DC, "--deadline", "24.5d").output.split())

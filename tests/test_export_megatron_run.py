@@ -265,7 +265,10 @@ def test_an_amd_moe_plan_runs_megatron_lm_with_the_alltoall_dispatcher(megatron,
     assert args.moe_token_dispatcher_type == "alltoall" and "--moe-flex-dispatcher-backend" not in text
     why = dispatcher_why(text)
     assert len(why) == 1 and "hybridep backend runs on NVIDIA cards only" in why[0] and "made by AMD" in why[0]
-    assert FW.export_notes("megatron", sc, ev) == [why[0][2:]]  # the same line on stderr
+    # and the recipe's CUDA graphs the plan was costed without (an AMD card: tests/test_recipe_vendor.py), on stderr too
+    note = sc.moe.vendor_note(ev.plan.accelerator)
+    assert "CUDA graphs of the MoE blocks not assumed" in note and f"# {note}" in text
+    assert FW.export_notes("megatron", sc, ev) == [why[0][2:], note]  # the same lines on stderr
 
 
 def test_fp8_of_a_dense_plan(megatron):

@@ -292,7 +292,8 @@ def test_an_amd_moe_plan_runs_megatron_bridge_with_the_alltoall_dispatcher(bridg
     read_back(bridge, cfg, lp, True)
     assert cfg.model.moe_token_dispatcher_type == "alltoall"
     why = dispatcher_why(FW.export_text("nemo", sc, ev))
-    assert len(why) == 1 and "made by AMD" in why[0] and FW.export_notes("nemo", sc, ev) == [why[0][2:]]
+    assert len(why) == 1 and "made by AMD" in why[0] and "CUDA graphs" in sc.moe.vendor_note(ev.plan.accelerator)
+    assert FW.export_notes("nemo", sc, ev) == [why[0][2:], sc.moe.vendor_note(ev.plan.accelerator)]
 
 
 def test_fp8_of_a_dense_plan(bridge):

@@ -33,7 +33,8 @@ def test_stack_overhead_is_per_step_plus_per_micro_batch_slot():
     sc = scenario()
     p = stack_profile("megatron-core")
     # t_step + (m + pp - 1) t_micro: 8 micro-batches through 4 stages occupy 11 slots of the critical path
-    assert float(T.stack_overhead(sc, pp=4, ga=8)) == pytest.approx(p.step_overhead + 11 * p.microbatch_overhead)
+    assert float(T.stack_overhead(sc, acc="h100-sxm", pp=4, ga=8)) == \
+        pytest.approx(p.step_overhead + 11 * p.microbatch_overhead)
     assert p.step_overhead > 0 and stack_profile("megatron-lm-2021").step_overhead == 0
 
 

@@ -19,6 +19,7 @@ from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_ove
 from tpopt.cli.main import main
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.backends.cpsat_model import CpSatModel
+from tpopt.optimizer.backends.highs_model import HighsModel
 from tpopt.optimizer.backends.protocol import CandidateResult
 from tpopt.optimizer.core import solve, verify_loop
 from tpopt.optimizer.limits import Clock, EncodingError
@@ -100,7 +101,7 @@ def test_huge_usable_memory_and_deadline_solve_exactly(design_path):
 
 
 def wide(design_path):
-    """The design case over 3 accelerators and every layout, NIC count, interval and mode (4.1 M plans)."""
+    """The design case over 3 accelerators and every layout, NIC count, interval and mode (1.0 M plans)."""
     return scenario(design_path, **{
         "hardware.accelerator": ["rtx4090", "h100-sxm", "a100-80gb-sxm"],
         "search.accelerator": ["rtx4090", "h100-sxm", "a100-80gb-sxm"], "search.zero_stage": [0, 1, 2, 3],
@@ -109,15 +110,32 @@ def wide(design_path):
         "search.save_interval": ["auto", "900s", "1800s", "3600s"], "search.save_mode": ["sync", "async"]})
 
 
+class _RunsOutInFirstChunk(Clock):
+    """A clock whose time passes the limit while the enumeration's first chunk is evaluated (at its progress
+    report), not before: what the walk does after the limit is then counted in chunks, whatever the load."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        super().__init__(60.0, now=lambda: self.t)
+
+    def report(self, phase, done, total=None, **kw):
+        if phase == "enumerating plans":
+            self.t = 1e12
+        super().report(phase, done, total, **kw)
+
+
 def test_enumeration_honours_the_time_limit(design_path):
+    """One chunk is the granularity: the limit passes during the first chunk and the walk stops at its end,
+    having evaluated that chunk alone (at most enumerate.CHUNK plans of the space's 1.0 M). The seconds this takes are
+    benchmarks/timed_checks.py's figure, not this test's."""
+    from tpopt.optimizer.enumerate import CHUNK
+
     sc = wide(design_path)
-    t0 = time.perf_counter()
-    r = solve(sc, "enumerate", Request(time_limit=0.05))  # the whole space takes about a second
-    wall = time.perf_counter() - t0
-    assert wall < 10  # one chunk is the granularity
+    clock = _RunsOutInFirstChunk()
+    r = solve(sc, "enumerate", Request(time_limit=60.0, clock=clock))
     assert r.status in (Status.FEASIBLE, Status.UNKNOWN)
-    assert r.solver.limit_reached and r.solver.limit_phase
-    assert r.solver.evaluated < r.solver.points
+    assert r.solver.limit_reached and r.solver.limit_phase == "enumerating plans"
+    assert r.solver.rounds == 1 and 0 < r.solver.evaluated <= CHUNK < r.solver.points
     assert r.solver.gap is None  # a partial enumeration proves no bound
 
 
@@ -187,10 +205,19 @@ def test_cli_time_limit_reached_says_so(design_path, tmp_path, capsys, monkeypat
     p.write_text(text.replace("micro_batch = [1]", "micro_batch = [1, 2, 4]"))
     monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--scenario", str(p), "--solver", "highs", "--method",
                                       "monolithic", "--time-limit", "1s", "--no-analysis"])
-    t0 = time.perf_counter()
+    # the time limit each HiGHS solve is handed: what remains of the 1 s, never the 14 s HiGHS would take (on this
+    # machine the 1 s often runs out while the model is built, before any solve: then none is handed any)
+    given = []
+    real = HighsModel.solve
+
+    def handed(self, bound=None, time_limit=60.0, confirm=True):
+        given.append(time_limit)
+        return real(self, bound, time_limit, confirm)
+
+    monkeypatch.setattr(HighsModel, "solve", handed)
     with pytest.raises(SystemExit) as exc:
         main()
-    assert time.perf_counter() - t0 < 15
+    assert all(t <= 1.0 for t in given), given  # the wall time is benchmarks/timed_checks.py's figure
     out, err = capsys.readouterr()
     assert exc.value.code in (0, 4), (out, err)
     assert "Time limit reached" in out

@@ -80,7 +80,7 @@ def test_explain_cut_at_any_reading_answers_or_leaves_undecided_and_starts_nothi
             if r["helps"] is None:
                 assert "time limit reached" in r["note"], (k, r)
                 if i > cut[0]:  # after the one the limit stopped: never started
-                    assert BEFORE in r["note"] and r["seconds"] < 0.5, (k, r)
+                    assert BEFORE in r["note"] and r["solves"] == 0, (k, r)  # never started: no solve
             else:  # decided: the unlimited answer
                 assert (r["helps"], r["required"]) == (w["helps"], w["required"]), (k, r["parameter"])
         assert [r["parameter"] for r in got] == [r["parameter"] for r in ref["relaxations"]], k

@@ -51,22 +51,23 @@ def test_the_recipe_decides_whether_a_scenario_pays_it():
     assert "no CUDA graphs" in h100.moe.recipe and "CUDA graphs" in b200.moe.recipe
     per = stack_profile("megatron-core").moe_host_launch
     # one stage holds all 48 MoE blocks; 64 micro-batches
-    assert float(moe_host_launch(h100, pp=1, ga=64)) == pytest.approx(64 * 48 * per)
-    assert float(moe_host_launch(b200, pp=1, ga=64)) == 0.0
+    assert float(moe_host_launch(h100, acc="h100-sxm", pp=1, ga=64)) == pytest.approx(64 * 48 * per)
+    assert float(moe_host_launch(b200, acc="b200", pp=1, ga=64)) == 0.0
     # PP 4: the stage with the most MoE blocks, 12 of 48
-    assert float(moe_host_launch(h100, pp=4, ga=64)) == pytest.approx(64 * 12 * per)
+    assert float(moe_host_launch(h100, acc="h100-sxm", pp=4, ga=64)) == pytest.approx(64 * 12 * per)
     # a scenario that states it wins over the recipe
     stated = _scenario("qwen3-30b-a3b", "h100-sxm", "fp8-mixed", {"cuda_graphs": True})
-    assert float(moe_host_launch(stated, pp=1, ga=64)) == 0.0
+    assert float(moe_host_launch(stated, acc="h100-sxm", pp=1, ga=64)) == 0.0
     # the host time is part of the stack's per-step host overhead
     base = _scenario("qwen3-30b-a3b", "h100-sxm", "fp8-mixed", {"cuda_graphs": True})
-    assert float(stack_overhead(h100, pp=1, ga=64) - stack_overhead(base, pp=1, ga=64)) == \
+    assert float(stack_overhead(h100, acc="h100-sxm", pp=1, ga=64)
+                 - stack_overhead(base, acc="h100-sxm", pp=1, ga=64)) == \
         pytest.approx(64 * 48 * per)
 
 
 def test_a_dense_model_pays_nothing():
     dense = _scenario("llama3-8b", "h100-sxm")
-    assert float(moe_host_launch(dense, pp=1, ga=64)) == 0.0
+    assert float(moe_host_launch(dense, acc="h100-sxm", pp=1, ga=64)) == 0.0
 
 
 def test_deepseek_v3_on_b200_mxfp8_runs_the_v2_preset():

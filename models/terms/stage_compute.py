@@ -462,10 +462,11 @@ def compute_inputs(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = 
                    cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
                    etp: ArrayLike = 0, cap: ArrayLike = 0.0,
                    kept: dict[str, tuple[Floats, Floats, Floats]] | None = None) -> tuple[Floats, ...]:
-    """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
+    """Everything the compute term needs, as 13 arrays: (fwd, dX, dW) of a layer (per-operation model)
     or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
-    model), the boundary transfer, micro-batches per step and cards; for a MoE model with dense-MLP
-    blocks (per-operation model, :func:`dense_split`) three more: (fwd, dX, dW) of a dense block.
+    model), the boundary transfer, micro-batches per step, cards and the stack's host time per step on the card
+    (:func:`stack_overhead`; zero in the flat model); for a MoE model with dense-MLP blocks (per-operation model,
+    :func:`dense_split`) three more: (fwd, dX, dW) of a dense block (:func:`dense_inputs`).
 
     ``kept``: a dict the caller holds for calls on one scenario and the same layout arrays (tp, cp, pp, dp, mb,
     nics), keeping per accelerator the three inputs that read none of the recompute policy, sequence parallelism
@@ -485,11 +486,16 @@ def compute_inputs(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = 
         folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
         dense = _dense_layer(sc, **kernels)
         more = () if dense is None else tuple(_fold(schedule, *dense[:3]))
-        return (*folded[0], *folded[1], *folded[2], t_x, ga, cards, *more)
+        return (*folded[0], *folded[1], *folded[2], t_x, ga, cards, stack_overhead(sc, acc=acc, pp=pp, ga=ga), *more)
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule=schedule, tp=tp, cp=cp, pp=pp,
                                        mb=mb, ep=ep, etp=etp, cap=cap, nics=nics)
     z = 0.0 * _f(t_f)
-    return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
+    return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards, 0.0 * _f(ga)
+
+
+def dense_inputs(inputs: Sequence[Any]) -> Sequence[Any] | None:
+    """(fwd, dX, dW) of a dense block from :func:`compute_inputs`' arrays (None: the model has none apart)."""
+    return inputs[13:16] or None
 
 
 def _layout_inputs(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
@@ -512,14 +518,14 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs[:12]
     completion = _completion(sc, schedule, pp, inputs)
     if per_op_model(sc):
-        dense = inputs[12:15] or None
+        dense = dense_inputs(inputs)
         busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
                         None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
         pure = ga * busy
     else:
         pure = ga * (lf + ldx + ldw)
     # the stack's host time (per-operation model) adds to the step outside the pipeline: not bubble, not straggler
-    host = stack_overhead(sc, pp=pp, ga=ga) if per_op_model(sc) else 0.0
+    host = inputs[12]
     total = completion * straggler_factor(sc, cards)
     finite = np.isfinite(completion)
     return (total + host, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
@@ -531,7 +537,7 @@ def _completion(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, _cards = inputs[:12]
     if per_op_model(sc):
         return pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
-                                groups=lambda p: stage_split(sc, p), dense=inputs[12:15] or None,
+                                groups=lambda p: stage_split(sc, p), dense=dense_inputs(inputs),
                                 dense_groups=lambda p: dense_split(sc, p), loss_layers=loss_chunk_layers(sc.model))
     return pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
 
@@ -540,29 +546,30 @@ def compute_total(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[A
     """:func:`compute_from`'s first value alone (the compute term's table): the completion time times the
     straggler factor, plus the stack's host time per step (per-operation model), without the busiest stage's
     pure compute the split needs."""
-    host = stack_overhead(sc, pp=pp, ga=inputs[10]) if per_op_model(sc) else 0.0
-    total: FloatArray = _completion(sc, schedule, pp, inputs) * straggler_factor(sc, inputs[11]) + host
+    total: FloatArray = _completion(sc, schedule, pp, inputs) * straggler_factor(sc, inputs[11]) + inputs[12]
     return total
 
 
-def stack_overhead(sc: Scenario, *, pp: ArrayLike, ga: ArrayLike) -> FloatArray:
+def stack_overhead(sc: Scenario, *, acc: str, pp: ArrayLike, ga: ArrayLike) -> FloatArray:
     """Host-side time per step that no compute hides (per-operation model; the stack's profile,
     catalogs/stacks.toml): t_step + (m + pp - 1) t_micro, the optimizer step's launch, gradient-norm and
     loss reductions once per step, and the schedule's bookkeeping once per micro-batch slot of the
-    pipeline's critical path (m micro-batches plus the pp - 1 of the fill)."""
+    pipeline's critical path (m micro-batches plus the pp - 1 of the fill), and the MoE blocks' launch time on
+    ``acc`` (:func:`moe_host_launch`)."""
     st = sc.stack
     out: FloatArray = st.step_overhead + (_f(ga) + _f(pp) - 1.0) * st.microbatch_overhead
-    return out + moe_host_launch(sc, pp=pp, ga=ga)
+    return out + moe_host_launch(sc, acc=acc, pp=pp, ga=ga)
 
 
-def moe_host_launch(sc: Scenario, *, pp: ArrayLike, ga: ArrayLike) -> FloatArray:
+def moe_host_launch(sc: Scenario, *, acc: str, pp: ArrayLike, ga: ArrayLike) -> FloatArray:
     """Host launch time of the MoE blocks' static parts per step that the GPU waits for (moe.host_launch_exposed):
     every micro-batch's MoE blocks on the stage with the most of them, at the stack's moe_host_launch per block,
-    unless the scenario's [moe] cuda_graphs (its recipe's) replays them as CUDA graphs; 0 for a dense model."""
+    unless the scenario's [moe] cuda_graphs (its recipe's) replays them as CUDA graphs on ``acc``
+    (MoeOptions.cuda_graphs_on: not where the card's maker does not run the recipe's graphs); 0 for a dense model."""
     if not sc.model.moe or sc.stack.moe_host_launch <= 0:
         return 0.0 * _f(pp) * _f(ga)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
-    return moe.host_launch_exposed(_f(ga), blocks, sc.stack.moe_host_launch, sc.moe.cuda_graphs)
+    return moe.host_launch_exposed(_f(ga), blocks, sc.stack.moe_host_launch, sc.moe.cuda_graphs_on(acc))
 
 
 def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> tuple[FloatArray, FloatArray]:
@@ -571,10 +578,9 @@ def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs[:12]
     if per_op_model(sc):
         lo, hi = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
-                                  groups=lambda p: stage_split(sc, p), bounds=True, dense=inputs[12:15] or None,
+                                  groups=lambda p: stage_split(sc, p), bounds=True, dense=dense_inputs(inputs),
                                   dense_groups=lambda p: dense_split(sc, p), loss_layers=loss_chunk_layers(sc.model))
-        host = stack_overhead(sc, pp=pp, ga=ga)
-        lo, hi = lo + host, hi + host
+        lo, hi = lo + inputs[12], hi + inputs[12]
     else:
         lo, hi = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x, bounds=True)
     factor = straggler_factor(sc, cards)
@@ -593,7 +599,7 @@ def compute_bounds_of(sc: Scenario, schedules: Sequence[str], pp: ArrayLike,
     if (per_op_model(sc) and len(parts) > 1 and len({pipeline.bound_pass(b) for b, _ in parts}) == 1
             and len({v for _, v in parts}) == 1):  # as compute_bounds -> pipeline_compute -> _pipeline_groups
         lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga = inputs[:11]
-        dense = inputs[12:15] or None
+        dense = dense_inputs(inputs)
         mixed = dense is not None and dense_split(sc, 1) is not None
         more = tuple(_f(x) for x in cast(Sequence[ArrayLike], dense)) if mixed else ()
         grids = _bounds_on_grid(tuple(b for b, _ in parts), parts[0][1], pp, ga,
@@ -602,7 +608,7 @@ def compute_bounds_of(sc: Scenario, schedules: Sequence[str], pp: ArrayLike,
                                 loss_chunk_layers(sc.model))
     if grids is None:
         return [compute_bounds(sc, s, pp, inputs) for s in schedules]
-    host = stack_overhead(sc, pp=pp, ga=inputs[10])
+    host = inputs[12]
     factor = straggler_factor(sc, inputs[11])
     return [((lo + host) * factor, (hi + host) * factor) for lo, hi in grids]
 
