@@ -17,8 +17,10 @@ import click
 from tpopt.catalogs.scenario import read_scenario_file
 from tpopt.catalogs.tables import loads_json, read_text_capped
 from tpopt.cli.common import (
+    EXIT_UNKNOWN,
     builtin_note,
     check_new_file,
+    fail,
     handle_errors,
     load_scenario_from,
     plan_from,
@@ -26,7 +28,7 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.evaluate import as_solve_would
-from tpopt.cli.request import raw_and_catalog, request_from
+from tpopt.cli.request import raw_and_catalog, request_from, time_limit_option
 from tpopt.errors import InputError
 from tpopt.files import write_atomic
 from tpopt.frameworks import FORMATS, export_notes, export_text, launch_script, plan_from_report
@@ -36,6 +38,7 @@ from tpopt.models.plan import Plan, Scenario
 from tpopt.optimizer import backends
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.outer import stage_scenarios
+from tpopt.optimizer.result import Status
 
 SOLVE_DEFAULTS = {"objective": "cost", "time_limit": "60s", "seed": 0, "workers": 1}
 """`tpopt solve`'s defaults (cli/request.py solve_options): the plan export solves for without --plan or flags."""
@@ -59,6 +62,8 @@ Exported = tuple[str, Scenario, Evaluation]  # (stage name, "" unstaged; its sce
 @click.option("--force", is_flag=True, help="Overwrite --out / --launch if they exist.")
 @scenario_options
 @plan_options(require_cards=False)
+@time_limit_option("Time limit of the solve for the plan, where neither --plan nor plan flags give one: 60s, 5min, "
+                   "or seconds.")
 @handle_errors
 def export(fmt: str, plan_path: str | None, out: str | None, launch: str | None, force: bool, **kw: Any) -> None:
     """Write a plan as a training framework's own launch configuration, checked against that framework's
@@ -183,15 +188,24 @@ def _on_stages(sc: Scenario, plan: Plan, kw: dict[str, Any]) -> list[Exported]:
 
 
 def _solved(sc: Scenario, kw: dict[str, Any]) -> list[Exported]:
-    """The plan (one per stage) ``tpopt solve`` finds for the scenario with its defaults."""
-    req = request_from(dict(SOLVE_DEFAULTS))
+    """The plan (one per stage) ``tpopt solve`` finds for the scenario with its defaults and ``--time-limit``. No
+    plan within the limit without a proof that none exists is exit 4 (as tpopt solve's); a plan the solve did not
+    prove optimal is exported with one line on stderr saying so."""
+    req = request_from({**SOLVE_DEFAULTS, "time_limit": kw.get("time_limit", SOLVE_DEFAULTS["time_limit"])})
     pr = P.plan(sc, backends.DEFAULT, req, analyse=False, inputs=lambda: raw_and_catalog(kw), why=False)
+    unproven = f"within the time limit ({req.time_limit:g} s)"
     if pr.staged is not None:
         if not pr.staged.feasible:
             raise InputError("the staged scenario has no feasible plan to export (tpopt solve shows why)")
         return [(st.name, pick.sc, pick.ev) for st, pick in zip(pr.staged.stages, pr.staged.picks, strict=True)]
+    if pr.status == Status.UNKNOWN:
+        fail(f"no plan found {unproven}, and no proof that none exists: give a longer --time-limit, or the plan "
+             "flags (--cards ...) or --plan FILE", EXIT_UNKNOWN)
     if pr.best is None or not pr.feasible:
         raise InputError("the scenario has no feasible plan to export (tpopt solve shows why)")
+    if pr.status != Status.OPTIMAL:
+        click.echo(f"tpopt: note: the exported plan is the best found {unproven}, not proven optimal "
+                   "(a longer --time-limit may prove it or find a cheaper one)", err=True)
     return [("", sc, pr.best)]
 
 

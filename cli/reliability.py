@@ -18,6 +18,7 @@ import numpy as np
 from tpopt.catalogs import load_catalog
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
+    EXIT_UNKNOWN,
     dump_json,
     echo_builtin_note,
     fail,
@@ -28,6 +29,7 @@ from tpopt.cli.common import (
 )
 from tpopt.cli.plots import check_plot_path, pyplot, save_figure
 from tpopt.cli.render import aligned_lines, fit_lines
+from tpopt.cli.request import request_with_limit, time_limit_option
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import reliability as rel
@@ -44,7 +46,7 @@ from tpopt.models.units import (
     parse_number,
 )
 from tpopt.optimizer.outer import solve
-from tpopt.optimizer.result import Request
+from tpopt.optimizer.result import Status
 from tpopt.presentation import plan_line
 
 if TYPE_CHECKING:
@@ -382,11 +384,18 @@ def _scenario_and_plan(kw: dict[str, Any], cards: int | None,
         ev = evaluate(sc, plan_from(sc, {"cards": cards}))
         how = f"the scenario's plan on {cards} cards"
     else:
-        r = solve(sc, "cpsat", Request())
+        req = request_with_limit(kw.get("time_limit", "60s"))
+        r = solve(sc, "cpsat", req)
+        if r.status == Status.INFEASIBLE:
+            fail(f"scenario {sc.name} has no feasible plan (proven); give --cards for the figures of a plan of "
+                 "your choice (tpopt explain says why)", EXIT_INFEASIBLE)
         if not r.feasible:
-            fail(f"scenario {sc.name} has no feasible plan ({r.status.value}); give --cards for the figures of "
-                 "a plan of your choice (tpopt explain says why)", EXIT_INFEASIBLE)
-        ev, how = r.best, "the scenario's optimal plan"
+            fail(f"scenario {sc.name}: no plan found within the time limit ({req.time_limit:g} s), and no proof "
+                 "that none exists; give a longer --time-limit, or --cards for the figures of a plan of your choice",
+                 EXIT_UNKNOWN)
+        ev = r.best
+        how = "the scenario's optimal plan" if r.status == Status.OPTIMAL else \
+            f"the best plan found within the time limit ({req.time_limit:g} s; not proven optimal)"
     return sc, ev, how
 
 
@@ -440,6 +449,7 @@ def _scenario_defaults(sc: Scenario, ev: Evaluation | None) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (SI units, fractions).")
 @click.option("--plot", default=None, help="Write the cost curves to FILE (.pdf, .svg or .png).")
 @click.option("--force", is_flag=True, help="Overwrite --plot if the file exists.")
+@time_limit_option("Time limit of the solve for the scenario's optimal plan (without --cards): 60s, 5min, or seconds.")
 @handle_errors
 def checkpoint(cards: str | None, params: str | None, model: str | None, bytes_per_param: str | None,
                write_bandwidth: str | None, restore: str | None, card_mtbf: str | None, spike_interval: str | None,
@@ -510,6 +520,7 @@ def checkpoint(cards: str | None, params: str | None, model: str | None, bytes_p
 @click.option("--interval", default=None, help="Checkpoint interval (for eviction) [default: the plan's].")
 @click.option("--restore", default=None, help="Restart time (for eviction) [default: the scenario's].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (seconds).")
+@time_limit_option("Time limit of the solve for the scenario's optimal plan (without --cards): 60s, 5min, or seconds.")
 @handle_errors
 def stragglers(cards: str | None, sigma: str | None, mu: str | None, fixed: str | None, slow_k: str,
                interval: str | None, restore: str | None, as_json: bool, **kw: Any) -> None:

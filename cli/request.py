@@ -8,6 +8,7 @@ Both commands import from here; neither imports the other.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -20,6 +21,21 @@ from tpopt.errors import InputError
 from tpopt.models.units import parse_duration
 from tpopt.optimizer import backends, limits
 from tpopt.optimizer.result import Request
+
+TIME_LIMIT_HELP = "One time limit for the whole command (tables, solve, analysis): 60s, 5min, or seconds."
+
+
+def time_limit_option(help_text: str = TIME_LIMIT_HELP) -> Callable[[CommandFn], CommandFn]:
+    """The ``--time-limit`` option (60 s by default) every command that solves takes."""
+    return click.option("--time-limit", default="60s", show_default=True, help=help_text)
+
+
+def request_with_limit(text: str | float) -> Request:
+    """A default request whose one clock runs ``--time-limit`` from the command's start (the solve a command
+    makes for a plan it reads figures from: tpopt checkpoint, tpopt stragglers)."""
+    limit = time_limit_seconds(text)
+    check_run_options(limit, 0, 1, 1)
+    return Request(time_limit=limit, clock=limits.Clock(limit, start=limits.command_start()))
 
 
 def solve_options(fn: CommandFn) -> CommandFn:
@@ -34,8 +50,7 @@ def solve_options(fn: CommandFn) -> CommandFn:
         click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
                      help="Minimise cost (then finish time) or finish time (then cost)."),
         click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
-        click.option("--time-limit", default="60s", show_default=True,
-                     help="One time limit for the whole command (tables, solve, analysis): 60s, 5min, or seconds."),
+        time_limit_option(),
         click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
         click.option("--workers", type=int, default=1, show_default=True,
                      help="Solver threads (1 = deterministic)."),

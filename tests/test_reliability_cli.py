@@ -178,3 +178,4 @@ def _has_mix_stderr() -> bool:
     import inspect
 
     return "mix_stderr" in inspect.signature(CliRunner.__init__).parameters
+
