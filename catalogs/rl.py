@@ -20,7 +20,7 @@ Keys of ``[rl]`` (units explicit, unknown keys rejected):
     extra_forwards                           forward passes per step besides the update (default 0)
     placement, rollout_tp, rollout_batch, weight_sync   decision domains
     weight_bytes, kv_bytes, kv_pool, common, hbm_efficiency, inference_efficiency,
-    allreduce_latency, max_sequences         engine assumptions (see README "RL post-training")
+    allreduce_latency, max_sequences         engine assumptions (see docs/rl.md)
 """
 
 from __future__ import annotations

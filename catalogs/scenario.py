@@ -2,7 +2,7 @@
 
 A scenario names the model, the task, the schedule, the hardware candidates and the assumptions
 (memory, input, checkpoint, stragglers, cost), plus the ``[search]`` domains the solver explores.
-Every key is documented in the README; unknown keys are rejected so a typo cannot be ignored.
+Every key is documented in docs/scenarios.md; unknown keys are rejected so a typo cannot be ignored.
 Command-line overrides are applied to the raw tables (:func:`with_overrides`) before building, so
 ``solve``, ``sweep`` and ``explain`` share one path from text to numbers.
 """

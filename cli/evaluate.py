@@ -72,7 +72,7 @@ def evaluate(stage: str | None, as_json: bool, **kw: Any) -> None:
 
 # plan fields a user rarely fixes whose [search] domain may list several values: flag -> (Plan field, domain)
 # (the checkpoint schedule only: it moves the overhead, never the step's physics, so a layout stays the layout
-# the flags describe; recompute and offload take the first listed value, as the README says)
+# the flags describe; recompute and offload take the first listed value, as docs/commands.md says)
 Domain = Callable[[SearchSpace], Sequence[Any]]  # a [search] domain (values of one Plan field's type)
 CHOSEN: dict[str, tuple[str, Domain]] = {
     "save_mode": ("save_mode", lambda sp: sp.save_mode),

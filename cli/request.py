@@ -51,7 +51,8 @@ def solve_options(fn: CommandFn) -> CommandFn:
                      help="Minimise cost (then finish time) or finish time (then cost)."),
         click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
         time_limit_option(),
-        click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Random seed: the solver's (and the simulated runs' in tpopt simulate)."),
         click.option("--workers", type=int, default=1, show_default=True,
                      help="Solver threads (1 = deterministic)."),
         click.option("--memory-budget", help="Memory the solve may plan to use, e.g. 8GiB (overrides [search] "

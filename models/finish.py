@@ -50,7 +50,7 @@ from tpopt.models.units import DAY, HOUR
 
 VALIDATION_LOO_ERRORS = (-5.4, -1.5, 4.2, 1.9, -0.3, -3.1, -0.1, -2.4, -2.1, -4.6,
                          3.4, 1.3, 2.3, 0.7, -0.6, -2.7, 4.4, 4.6)
-"""Leave-one-out step-time errors (%) of the calibration on the A100 validation tables (README: Narayanan et
+"""Leave-one-out step-time errors (%) of the calibration on the A100 validation tables (docs/model.md: Narayanan et
 al. 2021 table 1, ten runs; Korthikanti et al. 2022, four models x full / selective recompute): their RMS
 log error, 0.029, is the A100-80GB-SXM's ``residual_sigma`` in catalogs/performance.toml."""
 
@@ -93,7 +93,7 @@ DEFAULT_STEP_SIGMA_SOURCE = ("default for a card no validation table covers: the
                              f"H100 / B200 / GB200), {DEFAULT_STEP_SIGMA:.3f}")
 
 ANCHOR_SPEEDS = (1.09, 1.07, 1.18, 1.23, 1.09, 1.28, 1.13)
-"""tpopt's speed over the published one on the seven public anchors (README, "Public anchors": Llama 3 405B
+"""tpopt's speed over the published one on the seven public anchors (docs/model.md, "Public anchors": Llama 3 405B
 x2, BLOOM-176B, OPT-175B, MegaScale 175B, Megatron-LM on MegaScale's run, DeepSeek-V3)."""
 
 SLOW_FACTOR = 1.34

@@ -687,7 +687,7 @@ def scenario_entry(sc: Scenario) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # long context with context parallelism left out of the search
 
-LONG_CONTEXT_TOKENS: Final = 32_768  # from here on a plan without CP usually pays for it (README: long context)
+LONG_CONTEXT_TOKENS: Final = 32_768  # from here on a plan without CP usually pays for it (docs/long-context.md)
 CP_CHOICES: Final = (1, 2, 4, 8, 16)  # what --cp 1,2,4,8,16 searches
 CP_CHECK_MAX_PLANS: Final = 5_000_000  # re-solve with CP open only up to this space size (else: a hint)
 
