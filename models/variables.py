@@ -228,13 +228,14 @@ PLAN_INPUTS = (
               "Interleaved schedule: model chunks per card (sets --schedule interleaved:N).", int),
     PlanInput("sequence_parallel", "--sequence-parallel/--no-sequence-parallel",
               "Sequence parallelism under TP (default: the scenario's memory.sequence_parallel).",
-              field="sequence_parallel"),
+              api="sequence_parallel", field="sequence_parallel"),
     PlanInput("flash_attention", "--flash-attention/--no-flash-attention",
-              "Flash attention (default: the scenario's memory.flash_attention).", field="flash_attention"),
+              "Flash attention (default: the scenario's memory.flash_attention).", api="flash_attention",
+              field="flash_attention"),
     PlanInput("first_stage_layers", "--first-stage-layers", "Layers on the first pipeline stage (uneven stages).",
-              int, field="first_stage_layers"),
+              int, api="first_stage_layers", field="first_stage_layers"),
     PlanInput("last_stage_layers", "--last-stage-layers", "Layers on the last pipeline stage (uneven stages).",
-              int, field="last_stage_layers"),
+              int, api="last_stage_layers", field="last_stage_layers"),
 )
 PLAN_FLAGS = tuple(i.key for i in PLAN_INPUTS if i.flag is not None)
 """The click destinations of every plan flag, in the order the commands list them."""

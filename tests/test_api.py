@@ -136,8 +136,8 @@ def test_explain_a_plan_and_bad_input():
         tpopt.solve(objective="speed")
 
 
-@pytest.mark.parametrize("name, value", [("grad_accum", 4), ("save_interval_s", 3600.0), ("first_stage_layers", 2),
-                                         ("last_stage_layers", 2)])  # global_batch is a scenario input
+@pytest.mark.parametrize("name, value", [("grad_accum", 4), ("save_interval_s", 3600.0)])
+# global_batch is a scenario input; first / last_stage_layers are plan keywords (tests/test_variables.py)
 def test_evaluate_and_explain_reject_a_plan_field_they_do_not_take(name, value):
     """A Plan field that is no plan keyword of the API (and no scenario input) is an error naming it and the
     plan fields the API takes, never silently dropped."""

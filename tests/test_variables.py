@@ -196,3 +196,22 @@ def test_plan_line_shows_a_declared_switch_off_its_default():
         default = V.PLAN_DEFAULTS[v.field]
         assert V.line_parts({v.field: default}) == []
     assert V.line_parts({"offload": "cpu"}) == ["offload cpu"] and V.line_parts({"offload": "none"}) == []
+
+
+def test_the_api_takes_every_plan_flag_that_names_a_plan_field():
+    """tpopt.evaluate takes what tpopt evaluate's flags take (sequence parallelism, flash attention, uneven first and
+    last stages; the interleaved schedule as schedule="interleaved:N"), each reaching the plan as the flag does."""
+    assert {"sequence_parallel", "flash_attention", "first_stage_layers", "last_stage_layers"} <= set(api.PLAN_FIELDS)
+    sc = api.scenario(hw="h100-sxm")
+    kw = {"cards": 16, "tp": 2, "pp": 2}
+    off = api.evaluate(sc, **kw, sequence_parallel=False, flash_attention=False, first_stage_layers=16,
+                       last_stage_layers=20)
+    on = api.evaluate(sc, **kw, sequence_parallel=True)
+    assert (off.plan.sequence_parallel, on.plan.sequence_parallel, off.plan.flash_attention) == (False, True, False)
+    assert (off.plan.first_stage_layers, off.plan.last_stage_layers) == (16, 20)
+    flags = ["evaluate", "--hw", "h100-sxm", "--cards", "16", "--tp", "2", "--pp", "2", "--no-sequence-parallel",
+             "--no-flash-attention", "--first-stage-layers", "16", "--last-stage-layers", "20", "--json"]
+    import json
+
+    from tpopt.cli.main import cli
+    assert json.loads(CliRunner().invoke(cli, flags).output)["metrics"]["step_s"] == off.metrics["step_s"]
