@@ -563,7 +563,8 @@ def evidence_lines(e: dict[str, Any] | None) -> list[str]:
         "a fitted card and stack, inside the fitted range" if "uncertainty.toml" in e["source"] else e["source"]
     if e.get("assumption"):  # a calibration of one's own that does not record what its runs covered
         why = f"{why}; {e['assumption']}"
-    p = "" if e.get("p_on_time") is None else f"; P(on time) {e['p_on_time'] * 100:.1f} % at this sigma"
+    p = f"; P(on time) {e['p_on_time'] * 100:.1f} % at this sigma" if e.get("p_on_time") is not None else \
+        f"; P(on time) {e['p_on_time_note']}" if e.get("p_on_time_note") else ""
     lines = [f"step-time sigma {e['sigma']:.3f}: {why}{p}"]
     m = e.get("memory")
     if m and m["may_not_fit"] and m["margin"] >= 0:  # over the limit: the constraints table says VIOLATED

@@ -14,6 +14,7 @@ from tpopt.errors import InputError
 from tpopt.models.units import parse_number
 from tpopt.optimizer.estimate import DP_OFFLOADS, OFFLOADS, RECOMPUTES, ZERO_STAGES, EstimateInputs
 from tpopt.optimizer.estimate import estimate as run
+from tpopt.presentation import footing_lines
 
 WIDTH = 80
 RECOMPUTE_LABEL = {"none": "none", "attn": "attn", "full": "full"}
@@ -116,6 +117,7 @@ def estimate_text(d: dict[str, Any]) -> str:
             lines.append(f"{label:<22}{row}")
     lines += pure_dp_lines(d["pure_dp_states"], a["usable_memory_gib"])
     s = d["search"]
+    lines += ["", *footing_lines(d["footing"], WIDTH)]
     lines += ["", "Assumptions: attn = core-attention recompute (Megatron-LM's selective); CPU offload moves the "
               "optimizer states (master weights and moments) to host memory;",
               f"  layouts searched: TP {s['tp']}, CP {s['cp']}, PP {s['pp']}, micro-batch {s['micro_batch']}, "
