@@ -317,7 +317,11 @@ def read_pools(tables: list[dict[str, Any]], systems: dict[str, System]) -> tupl
         if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
             raise InputError(f"hardware.pools ({name}): card_hour {price!r} is not a price in USD per card-hour "
                              "(a number, 0 or more)")
-        pools.append(Pool(accelerator=name, max_cards=cards, price_card_hour=float(price), owned=owned))
+        source = ("scenario: [[hardware.pools]] card_hour" if "card_hour" in t else
+                  "scenario: [[hardware.pools]] owned = true, no internal price stated" if owned else
+                  systems[name].price_source)
+        pools.append(Pool(accelerator=name, max_cards=cards, price_card_hour=float(price), owned=owned,
+                          price_source=source))
     return tuple(pools)
 
 
