@@ -77,6 +77,12 @@ def cp_note_text(e: dict[str, Any]) -> str:
     return head + f"search it with {e['flag']} or search.cp = {e['suggested']}{why}."
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """A count with its noun in the right number: "1 host", "8 hosts", "1,024 cards" (``plural``: a noun whose
+    plural is not noun + "s"). The one text of a counted noun in every report."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _count(x: float) -> str:
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if x >= scale:
@@ -86,7 +92,7 @@ def _count(x: float) -> str:
 
 def plan_line(plan: dict[str, Any]) -> str:
     parts = [
-        f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
+        f"{plan['accelerator']} x {plan['cards']} ({counted(plan['hosts'], 'host')})",
         BY_NAME["zero"].wording(plan["zero_stage"]),  # the declared labels (models/variables.py)
         layout_text(plan),
         accumulation_text(plan),
@@ -98,7 +104,7 @@ def plan_line(plan: dict[str, Any]) -> str:
     if plan.get("ep") is not None:
         parts.append(moe_plan_text(plan))
     parts.append(f"save every {plan['save_interval_s']:,.0f} s ({plan['save_mode']})")
-    parts.append(f"{plan['nics_per_host']} NIC{'s' if plan['nics_per_host'] != 1 else ''}/host")
+    parts.append(f"{counted(plan['nics_per_host'], 'NIC')}/host")
     return " | ".join(parts)
 
 
@@ -446,7 +452,7 @@ def plan_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
                              f"{quantity_text(t['limit'], t['unit'])}, "
                              f"slack {quantity_text(t['slack'], t['unit'])}{rel}{tag}")
         for f in d.get("fewer_hosts", []):
-            k = f"{f['hosts_fewer']} host{'s' if f['hosts_fewer'] != 1 else ''} fewer ({f['cards']} cards)"
+            k = f"{counted(f['hosts_fewer'], 'host')} fewer ({counted(f['cards'], 'card')})"
             if not f.get("formable"):
                 lines.append(f"{k}: not a valid plan ({f['reason']}).")
             elif f["feasible"]:

@@ -52,7 +52,7 @@ from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR, fmt_count
 from tpopt.optimizer.footing import footing
 from tpopt.optimizer.space import nic_domain
-from tpopt.presentation import footing_lines, level_text, scale_out_relaxation_lines
+from tpopt.presentation import counted, footing_lines, level_text, scale_out_relaxation_lines
 
 JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECKPOINT)
 """Families of the whole job, checked on the mixed plan (not per pool)."""
@@ -1110,7 +1110,7 @@ def staged_lines(ps: PoolsSolve, sc: Scenario) -> list[str]:
     for u, g in enumerate(p.pools):
         pool = sc.pools[g]
         usable = pool_scenario(sc, pool).system(pool.accelerator).acc.memory_usable / 2**30
-        stages = f"{p.stages[u]} stage{'s' if p.stages[u] != 1 else ''}"
+        stages = counted(p.stages[u], "stage")
         out.append(f"  {pool.label:<24} {p.cards[g]:>5} cards  {stages} x {p.layers[u]} layers  "
                    f"stage pipeline {p.stage_steps_s[u]:.3f} s  {p.memory_gib[u]:.1f}/{usable:.1f} GiB  "
                    f"{PM.pool_cost(p.cards[g], pool.price_card_hour, p.finish_s):,.0f} USD")

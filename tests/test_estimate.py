@@ -242,3 +242,11 @@ def test_footing_text_flags_a_card_on_priors_and_its_sigma():
     assert f"step-time sigma {d['footing']['evidence']['sigma']:.3f}" in text
     assert "P(on time) not stated: an estimate has no deadline" in text
     assert max(len(line) for line in r.output.splitlines()) <= 80
+
+
+def test_one_host_is_singular():
+    """qwen3-8b fits on one 8-card H100 host: "8 cards (1 host)", never "(1 hosts)"."""
+    r = run("estimate", "qwen3-8b", "--hw", "h100-sxm", "--cards", "8")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "Fastest layout on 8 cards (1 host):" in text and "hosts)" not in text
