@@ -52,7 +52,7 @@ from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR, fmt_count
 from tpopt.optimizer.footing import footing
 from tpopt.optimizer.space import nic_domain
-from tpopt.presentation import counted, footing_lines, level_text, scale_out_relaxation_lines
+from tpopt.presentation import counted, footing_lines, level_text, probability_text, scale_out_relaxation_lines
 
 JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECKPOINT)
 """Families of the whole job, checked on the mixed plan (not per pool)."""
@@ -981,7 +981,7 @@ def pools_footing_lines(f: dict[str, Any], width: int) -> list[str]:
     for e in f["pools"]:
         out += footing_lines(e, width)
     j = f["job"]
-    p = f"; P(on time) {j['p_on_time'] * 100:.1f} % at this sigma" if j["p_on_time"] is not None else ""
+    p = f"; P(on time) {probability_text(j['p_on_time'])} at this sigma" if j["p_on_time"] is not None else ""
     return out + [f"Job: step-time sigma {j['sigma']:.3f}, the largest of its pools' ({j['pool']}, at the job's "
                   f"{j['cards']:,} cards){p}"]
 

@@ -1,4 +1,4 @@
-"""presentation.counted: one text of a counted noun (singular for exactly one)."""
+"""presentation: one text of a counted noun (singular for exactly one) and of a probability."""
 
 from tpopt.presentation import counted, plan_line
 
@@ -17,3 +17,13 @@ def test_plan_line_of_one_host_one_nic():
             "nics_per_host": 1}
     line = plan_line(plan)
     assert "h100-sxm x 8 (1 host)" in line and "| 1 NIC/host" in line
+
+
+def test_one_text_of_a_probability():
+    """P(on time) reads the same in the footing's evidence line and the spot policy's lines: "88.5 %", the
+    space before "%" as every report puts it (it read "88.5%" in the spot policy's lines)."""
+    from tpopt.presentation import evidence_lines, probability_text
+
+    assert probability_text(0.885) == "88.5 %" and probability_text(1.0) == "100.0 %"
+    e = {"sigma": 0.1, "reasons": ["r"], "source": "s", "p_on_time": 0.885}
+    assert evidence_lines(e)[0].endswith("P(on time) 88.5 % at this sigma")
