@@ -224,7 +224,8 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
                          "expert state shards over its expert-data-parallel group); drop the key")
     inp = InputPipeline(**targets(read_table(InputKeys, raw.get("input", {}), "input.")))
     ck = read_table(CheckpointKeys, raw.get("checkpoint", {}), "checkpoint.", cat)
-    rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))
+    rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."),
+                       raw.get("checkpoint", {}), cat)
     se = raw.get("search", {})
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
     recipe: Recipe | None = None
@@ -519,12 +520,17 @@ def _risk(rk: RiskKeys) -> Risk:
                 reacquire_s=rk.reacquire, evidence=load_evidence())
 
 
-def _reliability(ck: CheckpointKeys, st: StragglerKeys) -> Reliability:
+def _reliability(ck: CheckpointKeys, st: StragglerKeys, raw: dict[str, Any], cat: Catalog) -> Reliability:
     """[checkpoint] and [stragglers]: a storage tier stands for the write bandwidth, a job MTBF for the
-    per-card one."""
+    per-card one. The storage tier is kept by name: the one named, else the first catalog tier of the same
+    bandwidth (storage.toml order; "" for none), with who states the bandwidth (``raw``: the [checkpoint] table)."""
+    bandwidth = ck.write_bandwidth if ck.storage is None else ck.storage
+    by = "storage" if "storage" in raw else "write_bandwidth" if "write_bandwidth" in raw else "default"
+    tier = str(raw["storage"]) if by == "storage" else next(
+        (name for name, bw in cat.storage.items() if bw == bandwidth), "")
     return Reliability(**targets(ck, "bytes_per_param", "restore", "loss_spike_interval", "snapshot_copy",
-                                 "failure_model"), **targets(st),
-                       write_bandwidth=ck.write_bandwidth if ck.storage is None else ck.storage,
+                                 "failure_model"), **targets(st), write_bandwidth=bandwidth,
+                       storage_tier=tier, storage_stated_by=by,
                        card_mtbf_s=ck.card_mtbf if ck.job_mtbf is None else ck.job_mtbf)
 
 

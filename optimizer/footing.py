@@ -50,7 +50,7 @@ from tpopt.models.evaluate import evaluate
 from tpopt.models.evidence import memory_margin as margin_of
 from tpopt.models.market import STALE_MONTHS, months_between
 from tpopt.models.memory import LOW_PRECISION_MATRIX, recipe
-from tpopt.models.plan import Plan, Scenario
+from tpopt.models.plan import Plan, Reliability, Scenario
 from tpopt.models.roofline import PerfParams
 from tpopt.models.terms.layer_times import recipe_peak
 from tpopt.models.units import DAY, GIB, HOUR
@@ -300,9 +300,10 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     if m.get("checkpoint_write_s") is not None:
         gb, write_s = float(m.get("checkpoint_gb", 0.0)), float(m["checkpoint_write_s"])
         out.append({"input": "storage bandwidth", "stated": f"{rel.write_bandwidth / 1e9:g} GB/s ("
-                    f"{gb:,.0f} GB checkpoint in {write_s:,.0f} s; "
+                    f"{storage_words(rel)}; {gb:,.0f} GB checkpoint in {write_s:,.0f} s; "
                     f"saves {float(m.get('overhead_save', 0.0)) * 100:.1f} % of the training time)",
-                    "modelled": None, "write_gb_s": rel.write_bandwidth / 1e9,
+                    "modelled": None, "write_gb_s": rel.write_bandwidth / 1e9, "storage_tier": rel.storage_tier or None,
+                    "stated_by": rel.storage_stated_by,
                     "save_overhead": float(m.get("overhead_save", 0.0))})
     pr = price(sc, plan["accelerator"])
     if pr["provenance"] == "catalog" and pr["date"] and not pr.get("stale"):  # a stale one: the price line says
@@ -349,6 +350,17 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
         out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {billed:,} "
                     f"cards ({share * 100:.1f} % of the cost)", "modelled": None, "reserved_share": share})
     return out
+
+
+def storage_words(rel: Reliability) -> str:
+    """Where the storage bandwidth comes from, naming its tier (catalogs/storage.toml): "storage tier NAME" (named
+    by [checkpoint] storage), "[checkpoint] write_bandwidth, the NAME tier's" (a bandwidth stated, a tier of the
+    same bandwidth in the catalog; "..., no catalog tier" where none is), "default, the NAME tier's"."""
+    tier = rel.storage_tier
+    if rel.storage_stated_by == "storage":
+        return f"storage tier {tier}"
+    head = "[checkpoint] write_bandwidth" if rel.storage_stated_by == "write_bandwidth" else "default"
+    return f"{head}, the {tier} tier's" if tier else f"{head}, no catalog tier"
 
 
 def cp_dropped(sc: Scenario) -> dict[str, Any] | None:

@@ -255,3 +255,25 @@ def test_the_default_entry_itself_keeps_its_sources():
     cat = load_catalog()
     assert provenance(cat.performance["default"].sources["tp_efficiency"]) == "measured"
     assert provenance(cat.perf("gaudi3").sources["tp_efficiency"]) == "prior"  # no entry of its own
+
+
+@pytest.mark.parametrize("line, words", [
+    ('write_bandwidth = "7GB/s"  # DGX SuperPOD \'Good\' tier, one SU',
+     "7 GB/s ([checkpoint] write_bandwidth, the superpod-good tier's;"),
+    ('storage = "superpod-better"', "20 GB/s (storage tier superpod-better;"),
+    ('write_bandwidth = "13GB/s"', "13 GB/s ([checkpoint] write_bandwidth, no catalog tier;"),
+    ("", "7 GB/s (default, the superpod-good tier's;"),
+])
+def test_the_storage_line_names_the_storage_tier(tmp_path, line, words):
+    """The footing's storage line names where the bandwidth comes from and its tier (catalogs/storage.toml:
+    superpod-good 7 GB/s, superpod-better 20 GB/s; no tier holds 13 GB/s; the default is 7 GB/s)."""
+    text = DC.read_text()
+    old = "write_bandwidth = \"7GB/s\"  # DGX SuperPOD 'Good' tier, one SU"
+    assert old in text
+    p = tmp_path / "s.toml"
+    p.write_text(text.replace(old, line))
+    d = json.loads(run("evaluate", "--scenario", p, "--cards", "48", "--json"))
+    (st,) = [e for e in d["footing"]["stated"] if e["input"] == "storage bandwidth"]
+    assert st["stated"].startswith(words)
+    out = " ".join(run("evaluate", "--scenario", p, "--cards", "48").split())
+    assert "storage bandwidth " + words in out
