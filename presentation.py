@@ -545,6 +545,9 @@ def _price_text(pr: dict[str, Any]) -> str:
         return (f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
                 + _nic_price_text(pr))
     old = f", older than 6 months ({pr['age_months']} months at {pr['as_of']})" if pr.get("stale") else ""
+    if pr["provenance"] == "user catalog":  # the file's own words and name (tpopt.optimizer.footing.price)
+        return (f"price: {pr['card_hour']:g} USD/card-h, user catalog {pr['date']}, {pr['kind']}{old}: "
+                f"{pr['source']}" + _nic_price_text(pr))
     return (f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
             + _nic_price_text(pr))
 

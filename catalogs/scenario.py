@@ -496,7 +496,10 @@ def _price_source(name: str, card: dict[str, Any], cost: PriceKeys, acc: Acceler
     if "card_hour" in card:
         return "scenario: [hardware] card_hour"
     date = cat.raw.get("accelerators", {}).get(name, {}).get("price_date")
-    return f"catalog {date or 'undated'}: {acc.sources.get('price_card_hour', 'no source')}"
+    source = acc.sources.get("price_card_hour", "no source")
+    origin = cat.origin("accelerators", name)  # a --catalog file's card: its price is that file's, not the shipped
+    return f"user catalog {date or 'undated'}: {source} ({origin})" if origin else \
+        f"catalog {date or 'undated'}: {source}"
 
 
 def _card_overrides(acc: Accelerator, card: CardKeys) -> Accelerator:
