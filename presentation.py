@@ -77,6 +77,12 @@ def cp_note_text(e: dict[str, Any]) -> str:
     return head + f"search it with {e['flag']} or search.cp = {e['suggested']}{why}."
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """A count with its noun in the right number: "1 host", "8 hosts", "1,024 cards" (``plural``: a noun whose
+    plural is not noun + "s"). The one text of a counted noun in every report."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _count(x: float) -> str:
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if x >= scale:
@@ -86,7 +92,7 @@ def _count(x: float) -> str:
 
 def plan_line(plan: dict[str, Any]) -> str:
     parts = [
-        f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
+        f"{plan['accelerator']} x {plan['cards']} ({counted(plan['hosts'], 'host')})",
         BY_NAME["zero"].wording(plan["zero_stage"]),  # the declared labels (models/variables.py)
         layout_text(plan),
         accumulation_text(plan),
@@ -98,7 +104,7 @@ def plan_line(plan: dict[str, Any]) -> str:
     if plan.get("ep") is not None:
         parts.append(moe_plan_text(plan))
     parts.append(f"save every {plan['save_interval_s']:,.0f} s ({plan['save_mode']})")
-    parts.append(f"{plan['nics_per_host']} NIC{'s' if plan['nics_per_host'] != 1 else ''}/host")
+    parts.append(f"{counted(plan['nics_per_host'], 'NIC')}/host")
     return " | ".join(parts)
 
 
@@ -446,7 +452,7 @@ def plan_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
                              f"{quantity_text(t['limit'], t['unit'])}, "
                              f"slack {quantity_text(t['slack'], t['unit'])}{rel}{tag}")
         for f in d.get("fewer_hosts", []):
-            k = f"{f['hosts_fewer']} host{'s' if f['hosts_fewer'] != 1 else ''} fewer ({f['cards']} cards)"
+            k = f"{counted(f['hosts_fewer'], 'host')} fewer ({counted(f['cards'], 'card')})"
             if not f.get("formable"):
                 lines.append(f"{k}: not a valid plan ({f['reason']}).")
             elif f["feasible"]:
@@ -539,6 +545,9 @@ def _price_text(pr: dict[str, Any]) -> str:
         return (f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
                 + _nic_price_text(pr))
     old = f", older than 6 months ({pr['age_months']} months at {pr['as_of']})" if pr.get("stale") else ""
+    if pr["provenance"] == "user catalog":  # the file's own words and name (tpopt.optimizer.footing.price)
+        return (f"price: {pr['card_hour']:g} USD/card-h, user catalog {pr['date']}, {pr['kind']}{old}: "
+                f"{pr['source']}" + _nic_price_text(pr))
     return (f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
             + _nic_price_text(pr))
 
@@ -563,7 +572,8 @@ def evidence_lines(e: dict[str, Any] | None) -> list[str]:
         "a fitted card and stack, inside the fitted range" if "uncertainty.toml" in e["source"] else e["source"]
     if e.get("assumption"):  # a calibration of one's own that does not record what its runs covered
         why = f"{why}; {e['assumption']}"
-    p = "" if e.get("p_on_time") is None else f"; P(on time) {e['p_on_time'] * 100:.1f} % at this sigma"
+    p = f"; P(on time) {probability_text(e['p_on_time'])} at this sigma" if e.get("p_on_time") is not None else \
+        f"; P(on time) {e['p_on_time_note']}" if e.get("p_on_time_note") else ""
     lines = [f"step-time sigma {e['sigma']:.3f}: {why}{p}"]
     m = e.get("memory")
     if m and m["may_not_fit"] and m["margin"] >= 0:  # over the limit: the constraints table says VIOLATED
@@ -765,6 +775,13 @@ def level_text(q: float) -> str:
     return f"{100 * q:g} %"
 
 
+def probability_text(p: float) -> str:
+    """A probability reached (P(on time), P(finish <= deadline)) to a tenth of a point, with the space the reports
+    put before every "%" (0.885 -> "88.5 %"): the one text of a probability in every report (a level asked:
+    :func:`level_text`)."""
+    return f"{100 * p:.1f} %"
+
+
 def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
     """The spot policy under the chance constraint (tpopt.optimizer.spot_policy): the chosen way to run the
     cheapest offer pair, its expected cost and P(on time) against all spot and all on-demand, and its terms."""
@@ -774,7 +791,7 @@ def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
         e = entry["pairs"][0]
         return [f"Spot policy: no way to run {e['spot_offer']} / {e['ondemand_offer']} meets "
                 f"P(on time) >= {level_text(e['confidence'])}; all on-demand is the nearest "
-                f"(P(on time) {e['chosen']['p_on_time']:.1%})"] + pick_misses_lines(entry)
+                f"(P(on time) {probability_text(e['chosen']['p_on_time'])})"] + pick_misses_lines(entry)
     e = entry["pairs"][entry["best"]]
     c, t = e["chosen"], e["terms"]
     return _policy_text(e, c, t) + pick_misses_lines(entry)
@@ -790,23 +807,25 @@ def pick_misses_lines(entry: dict[str, Any]) -> list[str]:
     e = entry["pairs"][m["pair"]]
     p = m["policy"]
     run = (f"the pair's policy meets it: {p['policy']}, expected {p['expected_cost']:,.0f} USD, P(on time) "
-           f"{p['p_on_time']:.1%}" if m["policy_meets"] else "no way to run the pair meets it")
+           f"{probability_text(p['p_on_time'])}" if m["policy_meets"] else "no way to run the pair meets it")
     return [f"Caveat: the plan runs all on spot ({m['offer']}); the spot policy's model of that run (capacity on "
-            f"{m['availability_per_day']:.0%} of days, the preemption rate uncertain, reserved days included) "
-            f"gives P(on time) {m['all_spot_p_on_time']:.1%} (mean finish {m['all_spot_mean_finish_days']:.2f} d), "
+            f"{level_text(m['availability_per_day'])} of days, the preemption rate uncertain, reserved days "
+            f"included) gives P(on time) {probability_text(m['all_spot_p_on_time'])} (mean finish "
+            f"{m['all_spot_mean_finish_days']:.2f} d), "
             f"below the {level_text(e['confidence'])} asked; {run}"]
 
 
 def _policy_text(e: dict[str, Any], c: dict[str, Any], t: dict[str, Any]) -> list[str]:
-    others = "; ".join(f"{o['policy']} {o['expected_cost']:,.0f} USD, P(on time) {o['p_on_time']:.1%}"
+    others = "; ".join(f"{o['policy']} {o['expected_cost']:,.0f} USD, P(on time) {probability_text(o['p_on_time'])}"
                        for o in e["candidates"] if o["policy"] != c["policy"])
     return [f"Spot policy ({e['spot_offer']} then {e['ondemand_offer']}, {e['cards']:,} cards): {c['policy']}: "
-            f"expected {c['expected_cost']:,.0f} USD, P(on time) {c['p_on_time']:.1%} "
+            f"expected {c['expected_cost']:,.0f} USD, P(on time) {probability_text(c['p_on_time'])} "
             f"(asked {level_text(e['confidence'])}); {others}; spot pays below {e['break_even_spot_price']:.3g} "
             "USD per card-hour",
             f"  spot terms: {t['preempt_per_card_hour']:g} preemptions per card-hour ({t['preempt_source']}), rate "
-            f"cv {t['rate_cv']:g} ({t['rate_cv_source']}); capacity obtainable on {t['availability_per_day']:.0%} of "
-            f"days ({t['availability_source']}); a switch costs {t['switch_s']:,.0f} s"]
+            f"cv {t['rate_cv']:g} ({t['rate_cv_source']}); capacity obtainable on "
+            f"{level_text(t['availability_per_day'])} of days ({t['availability_source']}); a switch costs "
+            f"{t['switch_s']:,.0f} s"]
 
 
 def watts_text(w: float) -> str:

@@ -59,6 +59,14 @@ class Catalog:
     performance: dict[str, PerfParams] = field(default_factory=dict)  # accelerator -> step-time parameters
     raw: dict[str, dict[str, Any]] = field(default_factory=dict)  # file stem -> merged raw tables
     market: Market = field(default_factory=Market)  # offers.toml (tpopt.catalogs.market)
+    origins: dict[tuple[str, str], Path] = field(default_factory=dict)  # (file stem, entry) -> the --catalog file
+    # that set it (an entry of the shipped catalog is not in it)
+
+    def origin(self, stem: str, name: str) -> str:
+        """The user catalog file (a ``--catalog`` directory's) that set entry ``name`` of ``stem``.toml; "": the
+        shipped catalog's."""
+        path = self.origins.get((stem, name))
+        return "" if path is None else str(path)
 
     def accelerator(self, name: str) -> Accelerator:
         try:
@@ -284,7 +292,7 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     origins: dict[tuple[str, str], tuple[Path, bool]] = {}
     raw = _merge(dirs, origins)
     links, nics = _build_nics(raw["links"])
-    cat = Catalog(links=links, nics=nics, raw=raw)
+    cat = Catalog(links=links, nics=nics, raw=raw, origins={k: path for k, (path, _) in origins.items()})
     for name, t in raw["storage"].items():
         cat.storage[name] = _entry(origins, "storage", name, _storage_tier, name, t)
     for name, t in raw["accelerators"].items():
@@ -294,11 +302,13 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     for name, t in raw["models"].items():
         cat.models[name] = _entry(origins, "models", name, build_model, name, t)
     cat.market = load_market(extra_dirs, set(cat.accelerators))
-    cat.market.offers.update(list_price_offers(cat.market, {
+    listed = list_price_offers(cat.market, {
         k: (a.price_card_hour, str(raw["accelerators"][k]["price_date"]), a.sources.get("price_card_hour", ""),
             a.cards_per_host)
         for k, a in cat.accelerators.items() if a.price_card_hour is not None
-        and raw["accelerators"][k].get("price_date")}))
+        and raw["accelerators"][k].get("price_date")})
+    cat.market.offers.update({k: replace(o, origin=cat.origin("accelerators", o.accelerator))  # whose list price
+                              for k, o in listed.items()})
     perf = raw["performance"]
     default = build_perf("default", perf["default"]) if "default" in perf else PerfParams(name="default")
     cat.performance["default"] = default

@@ -359,6 +359,7 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
             check_keys(data, ("energy",), str(p))
             energy.update(data.get("energy", {}))
     as_of = ""
+    origins: dict[str, str] = {}  # offer name -> the user catalog file that set it last ("": the shipped one)
     for p in [BUILTIN] + [Path(d) / FILE for d in extra_dirs]:
         if not p.exists():
             continue
@@ -369,6 +370,7 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
         defaults.update(data.get("defaults", {}))
         regions.update(data.get("region", {}))
         offers.update(data.get("offer", {}))
+        origins.update(dict.fromkeys(data.get("offer", {}), "" if p == BUILTIN else str(p)))
     check_keys(defaults, DEFAULT_KEYS, "market defaults")
     date = check_date(as_of, "market as_of")
     d: DefaultKeys = read_entry(DefaultKeys, defaults, "market defaults")
@@ -393,7 +395,7 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
     for name, t in energy.items():
         m.energy[name] = build_energy(name, t, m.regions)
     for name, t in offers.items():
-        m.offers[name] = build_offer(name, t, m, accelerators)
+        m.offers[name] = replace(build_offer(name, t, m, accelerators), origin=origins.get(name, ""))
     m.offers = unique_ids(m.offers)
     return m
 

@@ -228,7 +228,8 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
                          "expert state shards over its expert-data-parallel group); drop the key")
     inp = InputPipeline(**targets(read_table(InputKeys, raw.get("input", {}), "input.")))
     ck = read_table(CheckpointKeys, raw.get("checkpoint", {}), "checkpoint.", cat)
-    rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))
+    rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."),
+                       raw.get("checkpoint", {}), cat)
     se = raw.get("search", {})
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
     recipe: Recipe | None = None
@@ -321,7 +322,11 @@ def read_pools(tables: list[dict[str, Any]], systems: dict[str, System]) -> tupl
         if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
             raise InputError(f"hardware.pools ({name}): card_hour {price!r} is not a price in USD per card-hour "
                              "(a number, 0 or more)")
-        pools.append(Pool(accelerator=name, max_cards=cards, price_card_hour=float(price), owned=owned))
+        source = ("scenario: [[hardware.pools]] card_hour" if "card_hour" in t else
+                  "scenario: [[hardware.pools]] owned = true, no internal price stated" if owned else
+                  systems[name].price_source)
+        pools.append(Pool(accelerator=name, max_cards=cards, price_card_hour=float(price), owned=owned,
+                          price_source=source))
     return tuple(pools)
 
 
@@ -495,7 +500,10 @@ def _price_source(name: str, card: dict[str, Any], cost: PriceKeys, acc: Acceler
     if "card_hour" in card:
         return "scenario: [hardware] card_hour"
     date = cat.raw.get("accelerators", {}).get(name, {}).get("price_date")
-    return f"catalog {date or 'undated'}: {acc.sources.get('price_card_hour', 'no source')}"
+    source = acc.sources.get("price_card_hour", "no source")
+    origin = cat.origin("accelerators", name)  # a --catalog file's card: its price is that file's, not the shipped
+    return f"user catalog {date or 'undated'}: {source} ({origin})" if origin else \
+        f"catalog {date or 'undated'}: {source}"
 
 
 def _card_overrides(acc: Accelerator, card: CardKeys) -> Accelerator:
@@ -519,12 +527,17 @@ def _risk(rk: RiskKeys) -> Risk:
                 reacquire_s=rk.reacquire, evidence=load_evidence())
 
 
-def _reliability(ck: CheckpointKeys, st: StragglerKeys) -> Reliability:
+def _reliability(ck: CheckpointKeys, st: StragglerKeys, raw: dict[str, Any], cat: Catalog) -> Reliability:
     """[checkpoint] and [stragglers]: a storage tier stands for the write bandwidth, a job MTBF for the
-    per-card one."""
+    per-card one. The storage tier is kept by name: the one named, else the first catalog tier of the same
+    bandwidth (storage.toml order; "" for none), with who states the bandwidth (``raw``: the [checkpoint] table)."""
+    bandwidth = ck.write_bandwidth if ck.storage is None else ck.storage
+    by = "storage" if "storage" in raw else "write_bandwidth" if "write_bandwidth" in raw else "default"
+    tier = str(raw["storage"]) if by == "storage" else next(
+        (name for name, bw in cat.storage.items() if bw == bandwidth), "")
     return Reliability(**targets(ck, "bytes_per_param", "restore", "loss_spike_interval", "snapshot_copy",
-                                 "failure_model"), **targets(st),
-                       write_bandwidth=ck.write_bandwidth if ck.storage is None else ck.storage,
+                                 "failure_model"), **targets(st), write_bandwidth=bandwidth,
+                       storage_tier=tier, storage_stated_by=by,
                        card_mtbf_s=ck.card_mtbf if ck.job_mtbf is None else ck.job_mtbf)
 
 

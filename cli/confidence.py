@@ -7,11 +7,7 @@ from typing import Any
 from tpopt.models import finish as Fn
 from tpopt.optimizer.confidence import clock_stop
 from tpopt.presentation import level_text
-
-
-def _pct(x: float) -> str:
-    """A probability or share reached, to a tenth of a point (a confidence level asked: level_text)."""
-    return f"{100 * x:.1f} %"
+from tpopt.presentation import probability_text as _pct  # a probability or share reached (a level asked: level_text)
 
 
 def distribution_lines(e: dict[str, Any], unit: str = "USD") -> list[str]:

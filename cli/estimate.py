@@ -14,6 +14,7 @@ from tpopt.errors import InputError
 from tpopt.models.units import parse_number
 from tpopt.optimizer.estimate import DP_OFFLOADS, OFFLOADS, RECOMPUTES, ZERO_STAGES, EstimateInputs
 from tpopt.optimizer.estimate import estimate as run
+from tpopt.presentation import counted, footing_lines
 
 WIDTH = 80
 RECOMPUTE_LABEL = {"none": "none", "attn": "attn", "full": "full"}
@@ -88,15 +89,16 @@ def estimate_text(d: dict[str, Any]) -> str:
              f"per card ({a['usable_memory_source']}); step-time model {d['step_model']}"]
     f = d["fastest"]
     if f is None:
-        lines.append(f"Fastest layout on {d['cards']:,} cards: none fits (memory per card or the layout rules: "
-                     "whole hosts, TP within a host, heads and layers divisible, batch divisible by DP x micro-batch)")
+        lines.append(f"Fastest layout on {counted(d['cards'], 'card')}: none fits (memory per card or the layout "
+                     "rules: whole hosts, TP within a host, heads and layers divisible, batch divisible by DP x "
+                     "micro-batch)")
     else:
         p = f["plan"]
         lay = f"TP {p['tp']} / CP {p['cp']} / PP {p['pp']} / DP {p['dp']}" + (
             f" / EP {p['ep']}" if p.get("ep") else "")
-        lines.append(f"Fastest layout on {p['cards']:,} cards ({p['hosts']} hosts): {lay}, micro-batch "
-                     f"{p['micro_batch']} x {p['grad_accum']}, ZeRO-{p['zero_stage']}, offload {p['offload']}, "
-                     f"recompute {p['recompute']}")
+        lines.append(f"Fastest layout on {counted(p['cards'], 'card')} ({counted(p['hosts'], 'host')}): {lay}, "
+                     f"micro-batch {p['micro_batch']} x {p['grad_accum']}, ZeRO-{p['zero_stage']}, offload "
+                     f"{p['offload']}, recompute {p['recompute']}")
         lines.append(f"  step {f['step_s']:,.2f} s | {f['tokens_per_s']:,.0f} tokens/s "
                      f"({f['tokens_per_s_per_card']:,.0f} per card) | implied MFU {f['implied_mfu'] * 100:.1f} % "
                      f"of {f['peak_flops'] / 1e12:,.0f} TFLOP/s dense BF16 | {f['memory_per_card_gib']:.1f} GiB "
@@ -116,6 +118,7 @@ def estimate_text(d: dict[str, Any]) -> str:
             lines.append(f"{label:<22}{row}")
     lines += pure_dp_lines(d["pure_dp_states"], a["usable_memory_gib"])
     s = d["search"]
+    lines += ["", *footing_lines(d["footing"], WIDTH)]
     lines += ["", "Assumptions: attn = core-attention recompute (Megatron-LM's selective); CPU offload moves the "
               "optimizer states (master weights and moments) to host memory;",
               f"  layouts searched: TP {s['tp']}, CP {s['cp']}, PP {s['pp']}, micro-batch {s['micro_batch']}, "

@@ -23,7 +23,7 @@ from tpopt.errors import InputError
 from tpopt.files import write_atomic
 from tpopt.models import families as F
 from tpopt.models.plan import Scenario
-from tpopt.presentation import COUNT_UNITS, footing_lines, layout_text, plan_line
+from tpopt.presentation import COUNT_UNITS, footing_lines, layout_text, plan_line, probability_text
 
 Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile (P90 = P50 exp(z90 sigma) for a lognormal)
 DAY_S = 86400.0
@@ -225,7 +225,7 @@ def distribution_svg(e: dict[str, Any], deadline: float | None) -> str:
                f"and P90 (sigma {sigma:.3f})</title></polyline>")
     if deadline is not None:
         pon = e.get("probability_by_deadline")
-        tip = f"deadline {deadline:.1f} d" + (f": P(on time) {pon * 100:.1f} %" if pon is not None else "")
+        tip = f"deadline {deadline:.1f} d" + (f": P(on time) {probability_text(pon)}" if pon is not None else "")
         out.append(f"<line class=\"deadline\" x1=\"{x(deadline):.1f}\" x2=\"{x(deadline):.1f}\" y1=\"{T}\" "
                    f"y2=\"{H - B}\"><title>{esc(tip)}</title></line>")
     for q, v in ((0.5, p50), (0.9, p90), (0.99, p99)):

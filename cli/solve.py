@@ -22,7 +22,7 @@ from tpopt.cli.common import (
 from tpopt.cli.confidence import distribution_lines, reachable_line
 from tpopt.cli.html_report import answer_page, html_option, write_answer_page
 from tpopt.cli.progress_line import live_progress, quiet_option
-from tpopt.cli.render import fit_lines, solve_text
+from tpopt.cli.render import fit_lines, output_width, solve_text
 from tpopt.cli.request import raw_and_catalog, request_from, search_list, solve_options
 from tpopt.errors import InputError
 from tpopt.models.plan import Scenario
@@ -125,7 +125,8 @@ def _pools(sc: Scenario, objective: str, as_json: bool) -> None:
     from tpopt.optimizer import pools  # lazy: only mixed-pool scenarios need it
 
     ps = pools.solve_pools(sc, "finish" if objective == "time" else "cost")
-    click.echo(dump_json(pools.pools_dict(ps, sc)) if as_json else fit_lines(pools.pools_text(ps, sc)), nl=False)
+    text = fit_lines(pools.pools_text(ps, sc, output_width()))
+    click.echo(dump_json(pools.pools_dict(ps, sc)) if as_json else text, nl=False)
     if ps.best is None:
         raise SystemExit(EXIT_INFEASIBLE)
 

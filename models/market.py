@@ -22,7 +22,7 @@ checkpoint and a reacquisition delay ``d`` on top of the restore (:func:`preempt
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tpopt.models.spot_policy import DEFAULT_AVAILABILITY, DEFAULT_AVAILABILITY_SOURCE
 from tpopt.models.units import DAY, HOUR
@@ -105,6 +105,8 @@ class Offer:
     availability_source: str = ""
     preempt_rate_cv: float | None = None
     preempt_rate_cv_source: str = ""
+    origin: str = field(default="", compare=False, repr=False)  # the user catalog file the offer comes from
+    # (--catalog DIR's offers.toml, or accelerators.toml for a list-price offer); "": the shipped catalog
 
     @property
     def id(self) -> str:
@@ -315,7 +317,8 @@ def mix(base: Offer, spot: Offer, share: float) -> Offer:
     return replace(spot, price_card_hour=(1 - share) * base.price_card_hour + share * spot.price_card_hour,
                    available=avail, date=notes_date, illustrative=base.illustrative or spot.illustrative,
                    source=f"{base.source}; {spot.source}", preempt_per_card_hour=share * spot.preempt_per_card_hour,
-                   parts=((base, 1 - share), (spot, share)), tag="")  # the parts' tags are in its market name
+                   parts=((base, 1 - share), (spot, share)), tag="",  # the parts' tags are in its market name
+                   origin="; ".join(dict.fromkeys(o.origin for o in (base, spot) if o.origin)))
 
 
 def months_between(earlier: str, later: str) -> int:

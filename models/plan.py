@@ -166,6 +166,10 @@ class Reliability:
 
     bytes_per_param: float = 14.0  # weights 2 + master 4 + two moments 8
     write_bandwidth: float = 7e9  # aggregate storage write, bytes/s
+    storage_tier: str = field(default="", compare=False, repr=False)  # the catalog tier named ([checkpoint] storage),
+    # or the tier of the same bandwidth where the scenario states a bandwidth or takes the default ("": none)
+    storage_stated_by: str = field(default="default", compare=False, repr=False)  # "storage" (a tier named),
+    # "write_bandwidth" (a bandwidth stated) or "default" (tpopt.optimizer.footing.storage_words prints it)
     restore_s: float = 120.0
     card_mtbf_s: float | None = 337 * 86400.0  # None: no hardware failures
     event_interval_s: float | None = None  # job-wide rollbacks (loss spikes, planned stops)

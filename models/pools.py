@@ -11,7 +11,7 @@ reduce across the pool boundary. The relations here are pure (no solver): the op
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpopt.models.units import HOUR
 
@@ -27,6 +27,8 @@ class Pool:
     max_cards: int
     price_card_hour: float
     owned: bool = False
+    price_source: str = field(default="", compare=False, repr=False)  # where price_card_hour comes from, as
+    # System.price_source words it (tpopt.optimizer.footing.price reads it; "": not known)
 
     @property
     def label(self) -> str:

@@ -31,7 +31,7 @@ from tpopt.models.units import GIB
 from tpopt.models.variables import evaluate_keywords
 from tpopt.optimizer.decompose import HUB, LayoutBounds
 from tpopt.optimizer.enumerate import layout_best
-from tpopt.optimizer.footing import usable_source
+from tpopt.optimizer.footing import of_evaluation, usable_source
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import Space
 
@@ -266,6 +266,25 @@ def step_figures(sc: Scenario, ev: Evaluation) -> dict[str, Any]:
             "step_model": m["step_model"]}
 
 
+NO_DEADLINE = "not stated: an estimate has no deadline (the 3650 d of scenario_tables keeps it from binding)"
+"""Why an estimate's footing states no P(on time)."""
+
+
+def estimate_footing(sc: Scenario, ev: Evaluation, fits: bool) -> dict[str, Any]:
+    """The footing (:func:`tpopt.optimizer.footing.of_evaluation`) of the estimate's plan ``ev``, as ``tpopt evaluate``
+    on scenario_tables states it (step-time model, stack, parameters by provenance, price, stated inputs, whether
+    the card rests on priors and the plan's own step-time sigma), but with no P(on time): the estimate has no
+    deadline (:data:`NO_DEADLINE`), and a probability against the placeholder 3650 d would state a certainty
+    nobody asked about. ``fits`` False: ``ev`` is the memory table's pure data-parallel plan (no layout fits),
+    and the footing says so."""
+    f = of_evaluation(sc, ev.as_dict())
+    f["evidence"]["p_on_time"] = None
+    f["evidence"]["p_on_time_note"] = NO_DEADLINE
+    if not fits:
+        f["of"] = "the memory table's pure data-parallel plan; no layout fits"
+    return f
+
+
 def estimate(inp: EstimateInputs) -> dict[str, Any]:
     """The estimate as a report dict (``tpopt estimate --json``)."""
     cat = load_catalog(inp.catalog_dirs)
@@ -307,6 +326,7 @@ def estimate(inp: EstimateInputs) -> dict[str, Any]:
                           else "pure data parallelism (no layout fits)"},
         "memory_table": memory_table(sc, base),
         "pure_dp_states": pure_dp_states(sc, cards),
+        "footing": estimate_footing(sc, best if best is not None else evaluate(sc, base), best is not None),
         "scenario_tables": tables,
     }
     if not math.isfinite(out["accelerator"]["usable_memory_gib"]):

@@ -50,7 +50,7 @@ from tpopt.models.evaluate import evaluate
 from tpopt.models.evidence import memory_margin as margin_of
 from tpopt.models.market import STALE_MONTHS, months_between
 from tpopt.models.memory import LOW_PRECISION_MATRIX, recipe
-from tpopt.models.plan import Plan, Scenario
+from tpopt.models.plan import Plan, Reliability, Scenario
 from tpopt.models.roofline import PerfParams
 from tpopt.models.terms.layer_times import recipe_peak
 from tpopt.models.units import DAY, GIB, HOUR
@@ -138,8 +138,14 @@ def mfu(sc: Scenario, plan: dict[str, Any], step_s: float) -> float | None:
     return model / (int(plan["cards"]) * peak * step_s)
 
 
+LISTED = ("catalog", "user catalog")
+"""Price provenances of a catalog's price: the shipped catalog's, or a ``--catalog`` directory's file's (an offer of
+its offers.toml, a card of its accelerators.toml), never labelled as the other."""
+
+
 def price(sc: Scenario, accelerator: str) -> dict[str, Any]:
-    """The card-hour price and where it comes from."""
+    """The card-hour price and where it comes from: ``provenance`` "scenario", "catalog" (the shipped catalog's
+    list price or offer) or "user catalog" (a ``--catalog`` file's, the file named in ``source``)."""
     sysm = sc.system(accelerator)
     src = getattr(sysm, "price_source", "") or ""
     acc_src = sysm.acc.sources.get("price_card_hour", "")
@@ -149,14 +155,15 @@ def price(sc: Scenario, accelerator: str) -> dict[str, Any]:
     if not src:  # a System built without provenance: the catalog's price when it matches
         src = f"catalog undated: {acc_src}" if sysm.price_card_hour == sysm.acc.price_card_hour and acc_src \
             else "scenario"
-    m = re.match(r"catalog (\S+): (.*)", src, re.S)
-    kind, date, text = ("catalog", m.group(1), m.group(2)) if m else ("scenario", None, src)
+    m = re.match(r"(user catalog|catalog) (\S+): (.*)", src, re.S)
+    kind, date, text = (m.group(1), m.group(2), m.group(3)) if m else ("scenario", None, src)
     lowered = text.lower()
-    illustrative = kind == "catalog" and ("illustrative" in lowered or "assumption" in lowered)
+    illustrative = kind in LISTED and ("illustrative" in lowered or "assumption" in lowered)
     words = ("the scenario's own" if kind == "scenario" else "ILLUSTRATIVE, not a market quote" if illustrative
+             else "the price your catalog file states" if kind == "user catalog"
              else "indicative list price" if "indicative" in lowered else "list price")
     as_of = sc.market.as_of
-    dated = date if kind == "catalog" and date and re.match(r"\d{4}-\d{2}(-\d{2})?$", date) else None
+    dated = date if kind in LISTED and date and re.match(r"\d{4}-\d{2}(-\d{2})?$", date) else None
     age = months_between(dated, as_of) if dated and as_of else None
     return {"card_hour": sysm.price_card_hour, "unit": "USD/card-h", "provenance": kind, "date": date,
             "source": text, "illustrative": illustrative, "kind": words, "as_of": as_of or None,
@@ -300,12 +307,13 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     if m.get("checkpoint_write_s") is not None:
         gb, write_s = float(m.get("checkpoint_gb", 0.0)), float(m["checkpoint_write_s"])
         out.append({"input": "storage bandwidth", "stated": f"{rel.write_bandwidth / 1e9:g} GB/s ("
-                    f"{gb:,.0f} GB checkpoint in {write_s:,.0f} s; "
+                    f"{storage_words(rel)}; {gb:,.0f} GB checkpoint in {write_s:,.0f} s; "
                     f"saves {float(m.get('overhead_save', 0.0)) * 100:.1f} % of the training time)",
-                    "modelled": None, "write_gb_s": rel.write_bandwidth / 1e9,
+                    "modelled": None, "write_gb_s": rel.write_bandwidth / 1e9, "storage_tier": rel.storage_tier or None,
+                    "stated_by": rel.storage_stated_by,
                     "save_overhead": float(m.get("overhead_save", 0.0))})
     pr = price(sc, plan["accelerator"])
-    if pr["provenance"] == "catalog" and pr["date"] and not pr.get("stale"):  # a stale one: the price line says
+    if pr["provenance"] in LISTED and pr["date"] and not pr.get("stale"):  # a stale one: the price line says
         age = f", {pr['age_months']} months before the market catalog's {pr['as_of']}" \
             if pr.get("age_months") is not None else ""
         out.append({"input": "price date", "stated": f"{pr['card_hour']:g} USD/card-h listed {pr['date']}{age}",
@@ -349,6 +357,17 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
         out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {billed:,} "
                     f"cards ({share * 100:.1f} % of the cost)", "modelled": None, "reserved_share": share})
     return out
+
+
+def storage_words(rel: Reliability) -> str:
+    """Where the storage bandwidth comes from, naming its tier (catalogs/storage.toml): "storage tier NAME" (named
+    by [checkpoint] storage), "[checkpoint] write_bandwidth, the NAME tier's" (a bandwidth stated, a tier of the
+    same bandwidth in the catalog; "..., no catalog tier" where none is), "default, the NAME tier's"."""
+    tier = rel.storage_tier
+    if rel.storage_stated_by == "storage":
+        return f"storage tier {tier}"
+    head = "[checkpoint] write_bandwidth" if rel.storage_stated_by == "write_bandwidth" else "default"
+    return f"{head}, the {tier} tier's" if tier else f"{head}, no catalog tier"
 
 
 def cp_dropped(sc: Scenario) -> dict[str, Any] | None:
@@ -482,9 +501,9 @@ def row_cells(f: dict[str, Any]) -> dict[str, Any]:
     pr = f["price"]
     if pr["card_hour"] is None:
         price_text = "none"
-    elif pr["provenance"] == "catalog":
+    elif pr["provenance"] in LISTED:
         old = f", > {STALE_MONTHS} months old" if pr.get("stale") else ""
-        price_text = f"catalog {pr['date']} ({pr['kind']}{old})"
+        price_text = f"{pr['provenance']} {pr['date']} ({pr['kind']}{old})"
     else:
         price_text = pr["source"]
     return {"step_model": f["step_time_model"], "mfu": f["mfu"], "stack": f["stack"],

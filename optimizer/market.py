@@ -79,8 +79,7 @@ def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
     """The scenario on ``offer`` alone: its accelerator at its price (NICs included: NIC price 0), at most
     the cards it has available, its preemptions in the failure rate; no market left to choose."""
     system = replace(sc.system(offer.accelerator), price_card_hour=offer.price_card_hour, nic_price_hour=0.0,
-                     price_source=f"catalog {offer.date}: offer {offer.id} ("  # the footing's price: the offer's
-                     + ("assumption: illustrative price)" if offer.illustrative else "its listed price)"))
+                     price_source=offer_price_source(offer))
     search = replace(sc.search, accelerators=(offer.accelerator,),
                      max_cards=min(sc.search.max_cards, offer.available, power_cards(sc, offer)))
     terms = M.MarketOptions(as_of=sc.market.as_of, preempt_per_card_s=M.preemption_rate(offer),
@@ -109,6 +108,16 @@ def run_finish_s(ev: Evaluation) -> float:
     """Seconds from the start to the end of the run on capacity of a billed plan: its finish less its expected
     waits without spot capacity (``capacity_wait_days``, :func:`billed`; 0 off the spot market)."""
     return (float(ev.metrics["finish_days"]) - float(ev.metrics.get("capacity_wait_days", 0.0))) * DAY
+
+
+def offer_price_source(offer: M.Offer) -> str:
+    """Where an offer's price comes from, as the footing's price reads it (tpopt.optimizer.footing.price):
+    ``catalog DATE: offer ID (...)`` for the shipped market catalog's, ``user catalog DATE: offer ID in FILE
+    (...)`` for one a ``--catalog`` directory's file states (or whose card's list price it is)."""
+    what = "assumption: illustrative price" if offer.illustrative else "its listed price"
+    if offer.origin:
+        return f"user catalog {offer.date}: offer {offer.id} in {offer.origin} ({what})"
+    return f"catalog {offer.date}: offer {offer.id} ({what})"
 
 
 def power_cards(sc: Scenario, offer: M.Offer) -> int:

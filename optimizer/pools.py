@@ -50,8 +50,9 @@ from tpopt.models.arch import param_count
 from tpopt.models.evaluate import CONSTRAINT_NAMES, evaluate_arrays
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR, fmt_count
+from tpopt.optimizer.footing import footing
 from tpopt.optimizer.space import nic_domain
-from tpopt.presentation import level_text, scale_out_relaxation_lines
+from tpopt.presentation import counted, footing_lines, level_text, probability_text, scale_out_relaxation_lines
 
 JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECKPOINT)
 """Families of the whole job, checked on the mixed plan (not per pool)."""
@@ -64,7 +65,8 @@ T_Plan = TypeVar("T_Plan")
 def pool_scenario(sc: Scenario, pool: PM.Pool) -> Scenario:
     """The scenario on ``pool`` alone: its accelerator at its price per card-hour (NICs included), at most its
     cards, no pools left to choose."""
-    system = replace(sc.system(pool.accelerator), price_card_hour=pool.price_card_hour, nic_price_hour=0.0)
+    system = replace(sc.system(pool.accelerator), price_card_hour=pool.price_card_hour, nic_price_hour=0.0,
+                     price_source=pool.price_source or sc.system(pool.accelerator).price_source)
     search = replace(sc.search, accelerators=(pool.accelerator,), max_cards=pool.max_cards)
     return replace(sc, systems={pool.accelerator: system}, search=search, pools=())
 
@@ -935,6 +937,55 @@ def chance_text(e: dict[str, Any]) -> list[str]:
             f"sigma {e['step_sigma']:.3f}, the largest of its pools' ({each})"]
 
 
+def pools_footing(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
+    """What a plan's figures stand on (:func:`tpopt.optimizer.footing.footing`): per pool it uses, the footing of
+    its group (its layout on its cards at its share of the batch, its group step; the step-time model, stack,
+    implied MFU, parameters by provenance, the pool's price and where it comes from, whether the card rests on
+    priors, the group's own step-time sigma and memory margin), without a P(on time) of its own: the job has one
+    finish. ``job``: the step-time sigma the job's finish carries, the largest of its pools' at the job's cards
+    (the one :func:`chance_finish` checks the deadline with), the pool it is, and P(finish <= deadline) at it
+    (the pool's finish law at the job's cards, save interval and step, as :func:`chance_finish` reads it)."""
+    used = [g for g, r in enumerate(pick.rows) if r is not None]
+    pools = []
+    for u, g in enumerate(used):
+        tab, row = ps.tables[g], pick.rows[g]
+        assert row is not None
+        lay = tab.layouts[row]
+        plan = {"accelerator": tab.pool.accelerator, "cards": pick.cards[g], "cp": 1, "global_batch": pick.shares[g],
+                **{k: lay[k] for k in LAYOUT_KEYS}}
+        with np.errstate(divide="ignore", invalid="ignore"):  # the group's own finish is not the job's
+            r = evaluate_arrays(per_pool(at_share(tab.sc, pick.shares[g])), tab.pool.accelerator,
+                                **fixed_choices(tab.sc), nics_per_host=pool_nics(tab.sc, tab.pool.accelerator), **lay)
+        f = footing(per_pool(at_share(tab.sc, pick.shares[g])), plan, pick.group_steps_s[u],
+                    float(r["memory_per_card"]))
+        pools.append({"pool": tab.pool.label, **f,
+                      "of": f"{tab.pool.accelerator}, {'owned' if tab.pool.owned else 'rented'} pool"})
+    n = np.array([float(sum(pick.cards))])
+    sig = [float(x[0]) for x in pool_sigmas(sc, tuple(sc.pools[g] for g in used), n)]
+    worst = used[int(np.argmax(sig))]
+    pool = sc.pools[worst]
+    deadline = F.limit(F.DEADLINE, sc)
+    p = None
+    if np.isfinite(deadline):
+        law = T.finish_law(pool_scenario(sc, pool), pool.accelerator, sc.search.save_mode[0], float(n[0]),
+                           pick.save_interval_s, pick.step_s)
+        p = float(law.cdf(deadline))
+    return {"pools": pools, "job": {"sigma": max(sig), "pool": pool.label, "cards": int(n[0]), "p_on_time": p,
+                                    "deadline_days": deadline / DAY if np.isfinite(deadline) else None}}
+
+
+def pools_footing_lines(f: dict[str, Any], width: int) -> list[str]:
+    """The footing as text: each pool's (:func:`tpopt.presentation.footing_lines`), then the job's sigma and
+    P(on time)."""
+    out: list[str] = []
+    for e in f["pools"]:
+        out += footing_lines(e, width)
+    j = f["job"]
+    p = f"; P(on time) {probability_text(j['p_on_time'])} at this sigma" if j["p_on_time"] is not None else ""
+    return out + [f"Job: step-time sigma {j['sigma']:.3f}, the largest of its pools' ({j['pool']}, at the job's "
+                  f"{j['cards']:,} cards){p}"]
+
+
 def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
     """The JSON report: status, the best, mixed and each pool's own plan (None where none is feasible), the
     comparison lines and the search's size."""
@@ -947,7 +998,8 @@ def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
             "comparison": verdict(ps), "plans": ps.plans,
             **({"staged": staged_entry(ps, sc), "form": winning_form(ps)} if len(ps.tables) > 1 else {}),
             **({"relaxations": ps.relaxations} if ps.best is None else {}),
-            "evaluations": sum(t.evaluated for t in ps.tables)}
+            "evaluations": sum(t.evaluated for t in ps.tables),
+            "footing": None if ps.best is None else pools_footing(ps, ps.best, sc)}
 
 
 def verdict(ps: PoolsSolve) -> list[str]:
@@ -977,8 +1029,8 @@ def verdict(ps: PoolsSolve) -> list[str]:
     return out
 
 
-def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
-    """The plain-text report of a pools solve."""
+def pools_text(ps: PoolsSolve, sc: Scenario, width: int = 100) -> str:
+    """The plain-text report of a pools solve (the footing wrapped to ``width``)."""
     t = sc.task
     lines = [f"tpopt solve: {sc.name}: {sc.model.name}, {fmt_count(t.tokens)} tokens, deadline "
              f"{t.deadline_s / DAY:.1f} d (reserved {t.reserved_s / DAY:.1f} d)",
@@ -1006,6 +1058,8 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
                          f"share {p['share']:>5}  group {p['group_step_s']:.3f} s  idle {p['idle_s']:.3f} s  "
                          f"{p['memory_per_card_gib']:.1f}/{p['usable_gib']:.1f} GiB  {p['cost']:,.0f} USD")
         lines += chance_text(e)
+        if title == "best":
+            lines += [""] + pools_footing_lines(pools_footing(ps, pick, sc), width)
     if len(ps.tables) > 1:
         lines += [""] + staged_lines(ps, sc)
     lines.append("")
@@ -1056,7 +1110,7 @@ def staged_lines(ps: PoolsSolve, sc: Scenario) -> list[str]:
     for u, g in enumerate(p.pools):
         pool = sc.pools[g]
         usable = pool_scenario(sc, pool).system(pool.accelerator).acc.memory_usable / 2**30
-        stages = f"{p.stages[u]} stage{'s' if p.stages[u] != 1 else ''}"
+        stages = counted(p.stages[u], "stage")
         out.append(f"  {pool.label:<24} {p.cards[g]:>5} cards  {stages} x {p.layers[u]} layers  "
                    f"stage pipeline {p.stage_steps_s[u]:.3f} s  {p.memory_gib[u]:.1f}/{usable:.1f} GiB  "
                    f"{PM.pool_cost(p.cards[g], pool.price_card_hour, p.finish_s):,.0f} USD")

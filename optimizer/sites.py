@@ -45,7 +45,7 @@ from tpopt.optimizer import plan as P
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.pools import smallest_feasible
 from tpopt.optimizer.result import Request
-from tpopt.presentation import footing_lines, scale_out_relaxation_lines
+from tpopt.presentation import counted, footing_lines, scale_out_relaxation_lines
 
 MAX_SITES = 8
 # the checks the WAN changes (re-checked here with the WAN time), and the card cap the sites replace
@@ -503,7 +503,7 @@ def request_lines(d: dict[str, Any]) -> list[str]:
         return []
     budget = f", budget {q['max_cost']:,.0f} USD" if q["max_cost"] is not None else ""
     n = q["wan_links"]
-    pairs = f" ({n} site pair{'s' if n != 1 else ''} with {'their' if n != 1 else 'its'} own link)" if n else ""
+    pairs = f" ({counted(n, 'site pair')} with {'their' if n != 1 else 'its'} own link)" if n else ""
     return [f"tpopt sites: {q['scenario']}: {q['model']}, {fmt_count(q['tokens'])} tokens, deadline "
             f"{q['deadline_days']:.1f} d (reserved {q['reserved_days']:.1f} d){budget}; {len(q['sites'])} sites "
             f"({', '.join(q['sites'])}), WAN {q['wan_gbps']:,.4g} Gbit/s each way{pairs}"]
@@ -565,7 +565,7 @@ MODE_WORDS = {S.SYNC: "sync", S.DILOCO: "DiLoCo"}
 
 def site_count(n: int) -> str:
     """"1 site", "2 sites"."""
-    return f"{n} site{'s' if n != 1 else ''}"
+    return counted(n, "site")
 
 
 def _mode(c: dict[str, Any]) -> str:

@@ -69,6 +69,7 @@ from tpopt.models.market import Power
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import backends
+from tpopt.optimizer.footing import storage_words
 from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices, pool_nics
 from tpopt.optimizer.sites import (
     GBPS,
@@ -694,7 +695,8 @@ def stated_reliability(sc: Scenario, best: dict[str, Any] | None) -> dict[str, A
     overhead L (finish = reserved + iterations x step x (1 + L); None without a plan)."""
     rel = sc.reliability
     return {"card_mtbf_days": None if rel.card_mtbf_s is None else rel.card_mtbf_s / DAY,
-            "write_gb_s": rel.write_bandwidth / 1e9, "overhead": None if best is None else best["overhead"],
+            "write_gb_s": rel.write_bandwidth / 1e9, "storage": storage_words(rel),
+            "overhead": None if best is None else best["overhead"],
             "cards": None if best is None else best["cards"]}
 
 
@@ -705,7 +707,8 @@ def reliability_line(r: dict[str, Any] | None) -> list[str]:
     mtbf = "no card MTBF" if r["card_mtbf_days"] is None else f"card MTBF {r['card_mtbf_days']:,.0f} d"
     lost = "" if r["overhead"] is None else \
         f"; checkpoint and failure overhead {100 * r['overhead']:.1f} % of the training time on {r['cards']:,} cards"
-    return [f"stated: {mtbf} (every card of every site), storage bandwidth {r['write_gb_s']:g} GB/s{lost}"]
+    return [f"stated: {mtbf} (every card of every site), storage bandwidth {r['write_gb_s']:g} GB/s "
+            f"({r['storage']}){lost}"]
 
 
 def mixed_lines(d: dict[str, Any]) -> list[str]:

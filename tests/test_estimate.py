@@ -206,3 +206,47 @@ def test_pure_data_parallel_table_is_the_16_bytes_per_parameter_arithmetic():
             else:
                 assert got == pytest.approx(exp / gib, abs=0.05), (z, rows[z])
     assert rows[0][0] == pytest.approx(488.2, abs=0.05)  # 16 x 32.76 B = 524.2 GB
+
+
+def test_footing_is_evaluates_on_the_same_scenario_without_p_on_time(seventy, tmp_path):
+    """The estimate states what its plan rests on: the footing `tpopt evaluate` prints for the fastest plan on
+    scenario_tables (step-time model, parameters by provenance, price, the card's evidence and the plan's own
+    step-time sigma), except P(on time), which an estimate has no deadline for."""
+    f = tmp_path / "estimate.toml"
+    f.write_text(toml_of(seventy["scenario_tables"]))
+    p = seventy["fastest"]["plan"]
+    r = run("evaluate", "--scenario", str(f), "--cards", "64", "--tp", str(p["tp"]), "--cp", str(p["cp"]),
+            "--pp", str(p["pp"]), "--micro-batch", str(p["micro_batch"]), "--zero", str(p["zero_stage"]),
+            "--offload", p["offload"], "--recompute", p["recompute"], "--schedule", "1f1b", "--json")
+    ev = json.loads(r.output)["footing"]
+    mine = seventy["footing"]
+    assert ev["evidence"]["p_on_time"] is not None and mine["evidence"]["p_on_time"] is None
+    assert "no deadline" in mine["evidence"]["p_on_time_note"]
+    for key in ("step_time_model", "stack", "mfu", "parameters", "price", "stated"):
+        assert mine[key] == ev[key], key
+    for key in ("card", "stack", "sigma", "reasons"):
+        assert mine["evidence"][key] == ev["evidence"][key], key
+
+
+def test_footing_text_flags_a_card_on_priors_and_its_sigma():
+    """rtx4090 has no performance entry fitted on runs (catalogs/performance.toml): the estimate's text says the
+    card rests on priors and prints the plan's step-time sigma, within 80 columns."""
+    r = run("estimate", "qwen3-8b", "--hw", "rtx4090", "--cards", "8", "--json")
+    d = json.loads(r.output)
+    assert d["footing"]["evidence"]["card"] == "prior"
+    r = run("estimate", "qwen3-8b", "--hw", "rtx4090", "--cards", "8")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "Footing: per-operation step time" in text
+    assert "rtx4090 rests on priors" in text
+    assert f"step-time sigma {d['footing']['evidence']['sigma']:.3f}" in text
+    assert "P(on time) not stated: an estimate has no deadline" in text
+    assert max(len(line) for line in r.output.splitlines()) <= 80
+
+
+def test_one_host_is_singular():
+    """qwen3-8b fits on one 8-card H100 host: "8 cards (1 host)", never "(1 hosts)"."""
+    r = run("estimate", "qwen3-8b", "--hw", "h100-sxm", "--cards", "8")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "Fastest layout on 8 cards (1 host):" in text and "hosts)" not in text

@@ -255,3 +255,70 @@ def test_the_default_entry_itself_keeps_its_sources():
     cat = load_catalog()
     assert provenance(cat.performance["default"].sources["tp_efficiency"]) == "measured"
     assert provenance(cat.perf("gaudi3").sources["tp_efficiency"]) == "prior"  # no entry of its own
+
+
+@pytest.mark.parametrize("line, words", [
+    ('write_bandwidth = "7GB/s"  # DGX SuperPOD \'Good\' tier, one SU',
+     "7 GB/s ([checkpoint] write_bandwidth, the superpod-good tier's;"),
+    ('storage = "superpod-better"', "20 GB/s (storage tier superpod-better;"),
+    ('write_bandwidth = "13GB/s"', "13 GB/s ([checkpoint] write_bandwidth, no catalog tier;"),
+    ("", "7 GB/s (default, the superpod-good tier's;"),
+])
+def test_the_storage_line_names_the_storage_tier(tmp_path, line, words):
+    """The footing's storage line names where the bandwidth comes from and its tier (catalogs/storage.toml:
+    superpod-good 7 GB/s, superpod-better 20 GB/s; no tier holds 13 GB/s; the default is 7 GB/s)."""
+    text = DC.read_text()
+    old = "write_bandwidth = \"7GB/s\"  # DGX SuperPOD 'Good' tier, one SU"
+    assert old in text
+    p = tmp_path / "s.toml"
+    p.write_text(text.replace(old, line))
+    d = json.loads(run("evaluate", "--scenario", p, "--cards", "48", "--json"))
+    (st,) = [e for e in d["footing"]["stated"] if e["input"] == "storage bandwidth"]
+    assert st["stated"].startswith(words)
+    out = " ".join(run("evaluate", "--scenario", p, "--cards", "48").split())
+    assert "storage bandwidth " + words in out
+
+
+USER_OFFER = """[region."mycloud/lab"]
+source = "my lab"
+
+[offer.my-h100]
+provider = "mycloud"
+region = "lab"
+accelerator = "h100-sxm"
+cards_per_host = 8
+market = "on-demand"
+price_card_hour = 1.11
+available = 64
+date = "2026-11"
+source = "my negotiated quote"
+"""
+
+
+def test_a_user_catalogs_price_is_labelled_by_its_file(tmp_path):
+    """A price a --catalog directory states (an offer of its offers.toml, a card of its accelerators.toml) is the
+    user's number: the footing labels it 'user catalog' with the file, never the shipped catalog's 'list price';
+    the shipped catalog's offer keeps 'catalog'."""
+    (tmp_path / "offers.toml").write_text(USER_OFFER)
+    (tmp_path / "accelerators.toml").write_text(CUSTOM_CARD)
+    sc = tmp_path / "s.toml"
+    sc.write_text(DC.read_text() + '\n[market]\noffers = ["my-h100"]\n')
+    d = json.loads(run("solve", "--scenario", sc, "--catalog", tmp_path, "--hw", "h100-sxm", "--json"))
+    pr = d["footing"]["price"]
+    assert pr["provenance"] == "user catalog" and pr["card_hour"] == 1.11 and pr["date"] == "2026-11"
+    assert str(tmp_path / "offers.toml") in pr["source"] and "list price" not in pr["kind"]
+    text = " ".join(run("solve", "--scenario", sc, "--catalog", tmp_path, "--hw", "h100-sxm").split())
+    assert (f"price: 1.11 USD/card-h, user catalog 2026-11, the price your catalog file states: offer "
+            f"mycloud/lab/h100-sxm/on-demand in {tmp_path / 'offers.toml'}") in text
+    # a card of the user's accelerators.toml, at its own price
+    d = json.loads(run("evaluate", "--catalog", tmp_path, "--hw", "nvl-custom", "--cards", "8", "--model",
+                       "qwen3-0.6b", "--tokens", "1B", "--seq-len", "4096", "--global-batch", "64",
+                       "--deadline", "30d", "--json"))
+    pr = d["footing"]["price"]
+    assert pr["provenance"] == "user catalog" and pr["card_hour"] == 2.5
+    assert pr["source"] == f"my quote ({tmp_path / 'accelerators.toml'})"
+    # the shipped catalog's offer of the same card: 'catalog', as before
+    shipped = tmp_path / "shipped.toml"
+    shipped.write_text(DC.read_text() + '\n[market]\noffers = ["nebius-h100-od"]\n')
+    pr = json.loads(run("solve", "--scenario", shipped, "--hw", "h100-sxm", "--json"))["footing"]["price"]
+    assert pr["provenance"] == "catalog" and pr["kind"] == "list price"

@@ -584,3 +584,41 @@ def test_chance_met_is_the_finish_quantile_within_the_deadline(level):
     exact = OP.chance_finish(sc, sc.pools, u, c, t, step) <= F.limit(F.DEADLINE, sc)
     assert exact.any() and not exact.all()
     assert OP.chance_met(sc, sc.pools, u, c, t, step).tolist() == exact.tolist()
+
+
+def test_the_report_states_its_footing_per_pool_and_the_jobs_p_on_time():
+    """Every report states what it rests on: per pool used, the footing of its group (its price and where it
+    comes from, its implied MFU = model FLOPs of its share / (cards x peak x group step), whether the card
+    rests on priors and its own step-time sigma), and for the job the sigma its finish carries (the largest of
+    its pools') with P(on time) at it: the finish quantile at that level is the deadline (the law's inverse)."""
+    from tpopt.models.arch import flops_per_token
+
+    raw = _raw("1.75d")
+    sc = load_scenario(raw)
+    ps = OP.solve_pools(sc, relax=False)
+    assert ps.best is ps.mixed and ps.best is not None
+    f = OP.pools_dict(ps, sc)["footing"]
+    by = {e["pool"]: e for e in f["pools"]}
+    own, rent = by["h100-sxm (owned)"], by["a100-80gb-sxm (rented)"]
+    assert own["price"]["card_hour"] == 0 and "owned = true" in own["price"]["source"]
+    assert rent["price"]["card_hour"] == 1.8 and rent["price"]["source"].endswith("[[hardware.pools]] card_hour")
+    for g, e in enumerate((own, rent)):
+        pool, cards, share = sc.pools[g], ps.best.cards[g], ps.best.shares[g]
+        peak = sc.system(pool.accelerator).acc.peak_flops
+        want = float(flops_per_token(sc.model, 4096)) * share * 4096 / (cards * peak * ps.best.group_steps_s[g])
+        assert e["mfu"] == pytest.approx(want, rel=1e-12)
+        assert e["evidence"]["p_on_time"] is None  # the job has one finish, stated once
+        assert e["evidence"]["sigma"] == pytest.approx(
+            float(T.step_sigma(OP.pool_scenario(sc, pool), pool.accelerator, cards)[0]))
+        assert e["evidence"]["card"] in ("prior", "fitted")
+    j = f["job"]
+    n = sum(ps.best.cards)
+    assert j["sigma"] == max(float(T.step_sigma(OP.pool_scenario(sc, p), p.accelerator, n)[0]) for p in sc.pools)
+    assert 0 < j["p_on_time"] < 1
+    worst = next(p for p in sc.pools if p.label == j["pool"])
+    q = T.finish_quantile(OP.pool_scenario(sc, worst), worst.accelerator, "sync", float(n), ps.best.save_interval_s,
+                          ps.best.step_s, j["p_on_time"])
+    assert float(np.asarray(q).reshape(-1)[0]) == pytest.approx(1.75 * DAY, rel=1e-6)
+    text = OP.pools_text(ps, sc)
+    assert "Footing (h100-sxm, owned pool)" in text and "Footing (a100-80gb-sxm, rented pool)" in text
+    assert f"P(on time) {j['p_on_time'] * 100:.1f} % at this sigma" in " ".join(text.split())

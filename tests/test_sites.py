@@ -331,5 +331,6 @@ def test_the_mixed_report_states_the_mtbf_storage_and_overhead() -> None:
     assert b["finish_days"] == pytest.approx(b["steps"] * (b["compute_step_s"] + b["exposed_wan_s"])
                                              * (1 + r["overhead"]) / 86400, rel=1e-3)
     text = " ".join(" ".join(answer_lines(d)).split())
-    assert f"card MTBF 337 d (every card of every site), storage bandwidth 7 GB/s; checkpoint and failure overhead " \
+    assert f"card MTBF 337 d (every card of every site), storage bandwidth 7 GB/s (default, the superpod-good " \
+           f"tier's); checkpoint and failure overhead " \
            f"{100 * r['overhead']:.1f} % of the training time on {b['cards']:,} cards" in text

@@ -210,7 +210,7 @@ def test_a_market_solve_reports_the_policy_with_its_terms(tmp_path):
         3.0 * (1 - lam * (t["switch_s"] + 3600) / 3600) / (1 - lam * 1.0), rel=1e-9)
     text = "\n".join(market_lines(pr.report))
     assert "Spot policy (cloud-a/east/h100-sxm/spot then cloud-a/east/h100-sxm/on-demand" in text
-    assert "capacity obtainable on 60% of days (measured: 3 days in 5)" in text
+    assert "capacity obtainable on 60 % of days (measured: 3 days in 5)" in text
 
 
 def test_no_policy_without_a_confidence_and_bad_availability_refused(tmp_path):
@@ -233,7 +233,7 @@ def test_the_report_says_when_no_way_meets_the_level():
     (line,) = spot_policy_lines(entry)
     # all on-demand is the nearest: Phi((10.6 - 10) / 0.5) = Phi(1.2) = 88.5 %
     assert line == ("Spot policy: no way to run c/r/h100-sxm/spot / c/r/h100-sxm/on-demand meets P(on time) >= 90 %; "
-                    "all on-demand is the nearest (P(on time) 88.5%)")
+                    "all on-demand is the nearest (P(on time) 88.5 %)")
 
 
 def test_a_spot_offer_without_the_plan_s_cards_is_not_paired(tmp_path):

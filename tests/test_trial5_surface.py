@@ -107,7 +107,7 @@ def test_the_caveat_where_the_spot_policy_is_stricter_than_the_law():
     assert m is not None and m["all_spot_p_on_time"] == 0.93
     line = " ".join(pick_misses_lines({"pairs": pairs, "pick_misses": m}))
     assert line.startswith("Caveat: the plan runs all on spot (p/r/h100-sxm/spot)")
-    assert "gives P(on time) 93.0% (mean finish 27.50 d), below the 95 % asked" in line
+    assert "gives P(on time) 93.0 % (mean finish 27.50 d), below the 95 % asked" in line
 
 
 def test_a_negative_pool_price_is_named_as_such(tmp_path):

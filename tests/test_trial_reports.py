@@ -100,7 +100,7 @@ def test_a_market_solve_carries_the_footing_and_names_the_fitted_offer(tmp_path,
     assert pr["card_hour"] == 1.0 and pr["date"] == "2026-10" and "mi300x/on-demand" in pr["source"]
     code, out, err = _cli(argv, capsys, monkeypatch)
     text = " ".join(out.split())
-    assert "price: 1 USD/card-h, catalog 2026-10" in text
+    assert "price: 1 USD/card-h, user catalog 2026-10, the price your catalog file states" in text  # its file's
     assert f"step-time sigma {e['sigma']:.3f}: mi300x rests on priors" in text
     assert f"P(on time) {e['p_on_time'] * 100:.1f} % at this sigma" in text
 

@@ -25,6 +25,7 @@ from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
+from tpopt.models.roofline import PerfParams
 from tpopt.models.units import DAY, GB, GIB
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.explain import cost
@@ -274,20 +275,35 @@ def _finish_against_deadline(sc: Scenario, ev: Evaluation) -> float:
     return float(next(c.value for c in ev.constraints if c.name == F.DEADLINE)) * DAY
 
 
+def fitted_words(name: str, perf: PerfParams) -> str:
+    """Whether a card's performance numbers are fitted or priors, as the performance catalog's ``calibrated`` list
+    says (catalogs/performance.toml: the fields fitted to measured runs; the others are priors): "NAME: prior" (none
+    fitted) or "NAME: F, G calibrated, the rest prior"."""
+    if not perf.calibrated:
+        return f"{name}: prior"
+    return f"{name}: {', '.join(perf.calibrated)} calibrated, the rest prior"
+
+
 def efficiency_ceiling(ctx: Context) -> tuple[float, str]:
     """The highest efficiency the relaxation considers, and why: the flat model's MFU cannot exceed the
     fraction of the matrix peak a large GEMM reaches on the card (its ``gemm_efficiency`` eta_max in
     catalogs/performance.toml; the largest among the candidates), nor 100 %; the per-operation model's
-    scale cannot exceed 100 % of the modelled throughput (the model already runs every GEMM at its
-    measured efficiency: more would be faster than the card was measured to be)."""
+    scale cannot exceed 100 % of the modelled throughput (the model already runs every operation at the
+    efficiency the performance catalog gives: more would be faster than the catalog says the card runs). Whether
+    those numbers were calibrated on runs or are priors is said as the catalog's ``calibrated`` list says it
+    (:func:`fitted_words`), never "measured" for a prior."""
     sc = ctx.sc
     if any(s.per_op for s in sc.systems.values()):
-        return 1.0, "100 % of the modelled throughput: every operation at the card's measured efficiency"
+        basis = "; ".join(fitted_words(name, s.perf) for name, s in sc.systems.items() if s.per_op and s.perf)
+        return 1.0, ("100 % of the modelled throughput: every operation at the efficiency the performance catalog "
+                     f"gives the card ({basis})")
     cat = ctx.catalog or load_catalog()
-    peaks = {name: (s.perf or cat.perf(name)).gemm_efficiency for name, s in sc.systems.items()}
+    perfs = {name: s.perf or cat.perf(name) for name, s in sc.systems.items()}
+    peaks = {name: p.gemm_efficiency for name, p in perfs.items()}
     name = max(peaks, key=lambda k: peaks[k])
-    return min(1.0, peaks[name]), (f"{name}'s measured large-GEMM efficiency eta_max {peaks[name] * 100:.4g} %, "
-                                   "catalogs/performance.toml")
+    how = "calibrated" if "gemm_efficiency" in perfs[name].calibrated else "prior"
+    return min(1.0, peaks[name]), (f"{name}'s large-GEMM efficiency eta_max {peaks[name] * 100:.4g} % ({how}, "
+                                   "catalogs/performance.toml)")
 
 
 def relax_efficiency(ctx: Context, core: list[str] | None = None) -> Relaxation:
