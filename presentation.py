@@ -751,7 +751,8 @@ def market_conflict_lines(out: dict[str, Any]) -> list[str]:
         else f"the site power cap ({near['cards_cap']})")
     lines = ["", f"Nearest offer: {near['offer']} ({why}; at most {near['max_cards']:,} cards: {cap})."]
     if near.get("run_deadline_days") is not None:  # a spot offer: its plans wait for capacity
-        lines.append(f"Its plans wait for spot capacity (obtainable on {near['spot_availability']:.0%} of days): its "
+        share = level_text(near["spot_availability"])
+        lines.append(f"Its plans wait for spot capacity (obtainable on {share} of days): its "
                      f"deadline.finish below is the run on capacity against R + a (D - R) = "
                      f"{near['run_deadline_days']:.2f} d, the expected calendar finish R + (T - R) / a against D.")
     lines += [""] + (["Conflict: not isolated (time limit reached before a conflict was found)."]
@@ -903,7 +904,7 @@ def market_lines(out: dict[str, Any]) -> list[str]:
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
         if r.get("spot_availability") is not None:  # the finish counts the waits for spot capacity: say on what
-            flags.append(f"capacity on {r['spot_availability']:.0%} of days: +{r['capacity_wait_days']:.2f} d")
+            flags.append(f"capacity on {level_text(r['spot_availability'])} of days: +{r['capacity_wait_days']:.2f} d")
         flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags
         lines.append(f" {mark} {r['offer']:<{width}} {what}" + qualifiers_text(flags))
     if m.get("undecided"):
@@ -934,7 +935,7 @@ def capacity_lines(c: dict[str, Any] | None) -> list[str]:
         return []
     if c["availability_per_day"] >= 1.0:
         return [f"Spot capacity: obtainable on every day ({c['source']}); no waits for it in the finish"]
-    return [f"Spot capacity: obtainable on {c['availability_per_day']:.0%} of days ({c['source']}); the finish "
+    return [f"Spot capacity: obtainable on {level_text(c['availability_per_day'])} of days ({c['source']}); the finish "
             f"counts {c['wait_days']:.2f} d of expected waits for it ((1 - a) / a days per day on capacity, "
             "Geometric), not billed"]
 

@@ -411,9 +411,9 @@ def test_the_waits_lengthen_the_finish_and_bill_nothing(tmp_path):
     deadline = next(c for c in nine.best.constraints if c.name == F.DEADLINE)
     assert math.isclose(deadline.value * DAY, want, rel_tol=1e-12) and deadline.limit * DAY == sc.task.deadline_s
     text = "\n".join(market_lines(nine.report))
-    assert "Spot capacity: obtainable on 90% of days (assumption: illustrative" in text
+    assert "Spot capacity: obtainable on 90 % of days (assumption: illustrative" in text
     assert f"the finish counts {(want - f) / DAY:.2f} d of expected waits" in text and "not billed" in text
-    assert "capacity on 90% of days: +" in text  # the offer's row says it too
+    assert "capacity on 90 % of days: +" in text  # the offer's row says it too
     assert "Spot capacity: obtainable on every day (test); no waits" in "\n".join(market_lines(one.report))
 
 
