@@ -22,6 +22,7 @@ checkpoint and a reacquisition delay ``d`` on top of the restore (:func:`preempt
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tpopt.models.spot_policy import DEFAULT_AVAILABILITY, DEFAULT_AVAILABILITY_SOURCE
@@ -287,6 +288,13 @@ def capacity_wait_s(run_s: float, availability: float) -> float:
     capacity source (tpopt.models.finish SOURCES "capacity"). A day without capacity rents nothing: the bill
     (:func:`billed_cost`) is of ``run_s``, the waits are not billed."""
     return run_s * (1.0 - availability) / availability
+
+
+def run_finish_s(metrics: Mapping[str, float]) -> float:
+    """Seconds from the start to the end of the run on capacity of an evaluated plan (its ``metrics``): its finish
+    less its expected waits without spot capacity (``capacity_wait_days``, :func:`capacity_wait_s`; 0 off the spot
+    market)."""
+    return (float(metrics["finish_days"]) - float(metrics.get("capacity_wait_days", 0.0))) * DAY
 
 
 def capacity_finish_s(reserved_s: float, run_finish_s: float, availability: float) -> float:

@@ -23,6 +23,7 @@ from tpopt.models import families as F
 from tpopt.models import finish as Fn
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
+from tpopt.models.market import run_finish_s
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.models.variables import evaluate_keywords
@@ -80,8 +81,7 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req:
     law = law_of(sc, ev)
     q = sc.task.confidence if sc.task.confidence is not None else 0.95
     billed = law.without(Fn.CAPACITY) if law.risky(Fn.CAPACITY) else law  # a day without capacity bills nothing
-    run_s = (ev.metrics["finish_days"] - ev.metrics.get("capacity_wait_days", 0.0)) * DAY  # the nominal run's
-    rate = ev.metrics["cost"] / run_s  # cost per second on capacity
+    rate = ev.metrics["cost"] / run_finish_s(ev.metrics)  # cost per second on capacity (the nominal run's)
     Fn.find_quantiles([(law, level) for level in LEVELS] + law.risk_asks(q)
                       + ([(billed, level) for level in LEVELS] if billed is not law else []))  # in lockstep
     quant = {f"p{round(level * 100)}": law.quantile(level) for level in LEVELS}

@@ -104,12 +104,6 @@ def solving_scenario(sub: Scenario) -> Scenario:
     return replace(sub, task=replace(t, deadline_s=M.run_deadline_s(t.reserved_s, F.limit(F.DEADLINE, sub), a)))
 
 
-def run_finish_s(ev: Evaluation) -> float:
-    """Seconds from the start to the end of the run on capacity of a billed plan: its finish less its expected
-    waits without spot capacity (``capacity_wait_days``, :func:`billed`; 0 off the spot market)."""
-    return (float(ev.metrics["finish_days"]) - float(ev.metrics.get("capacity_wait_days", 0.0))) * DAY
-
-
 def offer_price_source(offer: M.Offer) -> str:
     """Where an offer's price comes from, as the footing's price reads it (tpopt.optimizer.footing.price):
     ``catalog DATE: offer ID (...)`` for the shipped market catalog's, ``user catalog DATE: offer ID in FILE
@@ -481,7 +475,8 @@ def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[st
                    risk=replace(sub.risk, preempt_rate_per_card_s=0.0, reacquire_s=0.0))
     without = evaluate(calm, ev.plan)
     n, mode = ev.plan.cards, ev.plan.save_mode
-    f, f0 = run_finish_s(ev), without.metrics["finish_days"] * DAY  # on capacity (the waits are not preemptions')
+    # on capacity (the waits are not preemptions')
+    f, f0 = M.run_finish_s(ev.metrics), without.metrics["finish_days"] * DAY
     return {"preemptions_per_hour": lam * HOUR, "rate_per_card_hour": offer.preempt_per_card_hour,
             "rate_source": offer.preempt_source, "reacquire_s": offer.reacquire_s,
             "expected_preemptions": lam * ev.metrics["train_days"] * DAY, "seconds_lost_per_preemption": per_event,
@@ -594,7 +589,7 @@ def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | 
     n, cph = ev.plan.cards, offer.cards_per_host
     site = M.site_power_w(p, offer.pue, n, cph)
     cap = sc.market.site_power_w
-    mwh = M.energy_mwh(p, offer.pue, n, cph, run_finish_s(ev))  # on capacity: a day without it draws nothing
+    mwh = M.energy_mwh(p, offer.pue, n, cph, M.run_finish_s(ev.metrics))  # on capacity: a day without it draws nothing
     return {"site_mw": site / 1e6, "it_mw": site / offer.pue / 1e6, "pue": offer.pue, "pue_source": offer.pue_source,
             "card_w": p.training_w, "board_w": p.board_w, "host_overhead_w": p.host_overhead_w, "source": p.source,
             "energy_mwh": mwh, "cap_mw": None if cap is None else cap / 1e6,
@@ -602,7 +597,7 @@ def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | 
             "region": f"{offer.provider}/{offer.region}", **M.energy_figures(offer.energy, mwh)}
 
 
-__all__ = ["offer_scenario", "solving_scenario", "run_finish_s", "capacity_entries", "capacity_figures",
+__all__ = ["offer_scenario", "solving_scenario", "capacity_entries", "capacity_figures",
            "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
            "MarketSolve", "OfferSolve", "checkpoint_gb", "checkpoint_costs", "checkpoint_figures",
            "charges_checkpoints", "offer_fronts", "build_fronts",
