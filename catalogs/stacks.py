@@ -253,9 +253,14 @@ FLEX_FILE = Path(__file__).resolve().parent / "frameworks" / "megatron-lm.toml"
 
 
 @cache
+def _flex_file() -> dict[str, Any]:
+    """catalogs/frameworks/megatron-lm.toml, read once for its [flex_dispatcher] and [vendor_settings] tables."""
+    return builtin_toml(FLEX_FILE, read_text_capped(FLEX_FILE, "catalog file"), tomllib.loads)
+
+
+@cache
 def _flex_table() -> dict[str, Any]:
-    data = builtin_toml(FLEX_FILE, read_text_capped(FLEX_FILE, "catalog file"), tomllib.loads)
-    flex = data.get("flex_dispatcher", {})
+    flex = _flex_file().get("flex_dispatcher", {})
     if not isinstance(flex.get("vendors"), list) or not isinstance(flex.get("fallback"), str):
         raise InputError(f"{FLEX_FILE}: [flex_dispatcher] needs vendors (a list) and fallback (a name)")
     return dict(flex)
@@ -263,8 +268,7 @@ def _flex_table() -> dict[str, Any]:
 
 @cache
 def _vendor_settings() -> dict[str, tuple[str, ...]]:
-    table = builtin_toml(FLEX_FILE, read_text_capped(FLEX_FILE, "catalog file"), tomllib.loads).get("vendor_settings",
-                                                                                                   {})
+    table = _flex_file().get("vendor_settings", {})
     sources = table.get("sources", {})
     out = {k: v for k, v in table.items() if k != "sources"}
     if not all(isinstance(v, list) and v and all(isinstance(m, str) for m in v) for v in out.values()) or \
@@ -277,8 +281,8 @@ def settings_off_cards(settings: Iterable[str], makers: Mapping[str, str]) -> di
     """Of a recipe's ``settings`` (catalogs/recipes.toml keys), those whose software does not run on every card of
     ``makers`` (card -> accelerators.toml ``vendor``), each with why ("its software runs on NVIDIA cards only and
     mi300x is made by AMD"): the settings catalogs/frameworks/megatron-lm.toml [vendor_settings] ties to card makers
-    the card's is not among. The rule catalogs.scenario applies to a recipe's MoE settings (a setting a scenario
-    over several cards takes only where it runs on each of them, as recipes.toml entries match each card)."""
+    the card's is not among. The rule catalogs.recipes.Recipe.moe_settings_on applies to a recipe's MoE settings,
+    card by card."""
     table = _vendor_settings()
     out = {}
     for setting in settings:

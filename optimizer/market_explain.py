@@ -398,8 +398,7 @@ def calendar_deadline(sc: Scenario, r: Relaxation, a: float) -> Relaxation:
     if r.parameter != "deadline" or not isinstance(r.required, float | int):
         return r
     p = PARAMS["deadline"]
-    R = sc.task.reserved_s / DAY
-    cal = R + (float(r.required) - R) / a
+    cal = M.capacity_finish_s(sc.task.reserved_s, float(r.required) * DAY, a) / DAY
     up = math.ceil(cal * 10 ** p.digits - 1e-9) / 10 ** p.digits
     old, new = f"{float(r.required):.{p.digits}f}", f"{up:.{p.digits}f}"
     apply = {k: v.replace(old, new) if isinstance(v, str) else up for k, v in (r.apply or {}).items()} or None

@@ -953,11 +953,11 @@ def pools_footing(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
         lay = tab.layouts[row]
         plan = {"accelerator": tab.pool.accelerator, "cards": pick.cards[g], "cp": 1, "global_batch": pick.shares[g],
                 **{k: lay[k] for k in LAYOUT_KEYS}}
+        group = per_pool(at_share(tab.sc, pick.shares[g]))
         with np.errstate(divide="ignore", invalid="ignore"):  # the group's own finish is not the job's
-            r = evaluate_arrays(per_pool(at_share(tab.sc, pick.shares[g])), tab.pool.accelerator,
-                                **fixed_choices(tab.sc), nics_per_host=pool_nics(tab.sc, tab.pool.accelerator), **lay)
-        f = footing(per_pool(at_share(tab.sc, pick.shares[g])), plan, pick.group_steps_s[u],
-                    float(r["memory_per_card"]))
+            r = evaluate_arrays(group, tab.pool.accelerator, **fixed_choices(tab.sc),
+                                nics_per_host=pool_nics(tab.sc, tab.pool.accelerator), **lay)
+        f = footing(group, plan, pick.group_steps_s[u], float(r["memory_per_card"]))
         pools.append({"pool": tab.pool.label, **f,
                       "of": f"{tab.pool.accelerator}, {'owned' if tab.pool.owned else 'rented'} pool"})
     n = np.array([float(sum(pick.cards))])
